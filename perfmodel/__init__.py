@@ -1,0 +1,7 @@
+"""perfmodel: measure deep-learning ops, fit per-op predictors, predict training
+iteration time, and gate CI on prediction error.
+
+Submodules are imported on demand so that ``import perfmodel`` stays cheap.
+"""
+
+__version__ = "0.1.0"

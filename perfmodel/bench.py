@@ -1,0 +1,66 @@
+"""Run one microbenchmark case and turn its measurements into store records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfmodel.ops import OpCase, get_op
+from perfmodel.timing import Measurement, Timer
+
+#: Independent measurements taken of every case; two give the noise floor.
+REPLICATES = 2
+
+
+class CaseUnsupported(Exception):
+    """The device cannot run this case (out of memory, dtype unsupported, ...)."""
+
+
+@dataclass(frozen=True)
+class TimerSettings:
+    """Adaptive-sampling settings applied to every case (seconds, fractions)."""
+
+    target_rel_ci: float = 0.02
+    budget_s: float = 1.0
+    warmup_s: float = 0.05
+    min_samples: int = 5
+    cold_cache: bool = False
+
+
+def benchmark_case(case: OpCase, device: str, settings: TimerSettings, l2_bytes: int = 0,
+                   replicates: int = REPLICATES) -> list[Measurement]:
+    """Measure ``case`` ``replicates`` times on ``device`` (``"cpu"``, ``"cuda:0"``).
+
+    Raises :class:`CaseUnsupported` when the device cannot run it.
+    """
+    op = get_op(case.op)
+    try:
+        runner = op.make_runner(case.params, case.dtype, case.direction, device)
+        timer = Timer(runner, device=device, target_rel_ci=settings.target_rel_ci,
+                      budget_s=settings.budget_s, warmup_s=settings.warmup_s,
+                      min_samples=settings.min_samples,
+                      flush_l2_bytes=l2_bytes if settings.cold_cache else 0)
+        return [timer.measure() for _ in range(replicates)]
+    except Exception as exc:  # classified below; anything else propagates
+        reason = unsupported_reason(exc)
+        if reason is None:
+            raise
+        raise CaseUnsupported(f"{case.id}: {reason}") from exc
+
+
+def unsupported_reason(exc: BaseException) -> str | None:
+    """A skip reason when ``exc`` means the device cannot run a case, else None."""
+    text = str(exc)
+    if type(exc).__name__ == "OutOfMemoryError" or "out of memory" in text.lower():
+        return f"out of memory ({text.splitlines()[0] if text else type(exc).__name__})"
+    if isinstance(exc, (RuntimeError, NotImplementedError)) and (
+            "not implemented for" in text or "Unsupported dtype" in text
+            or "does not support" in text):
+        return f"unsupported on this device ({text.splitlines()[0]})"
+    return None
+
+
+def measurement_record(case: OpCase, measurement: Measurement, replicate: int, env: dict) -> dict:
+    """The store record of one measurement of ``case``."""
+    return {"kind": "measurement", "op": case.op, "direction": case.direction,
+            "dtype": case.dtype, "config": case.params, "replicate": replicate,
+            "measurement": measurement.to_dict(), "env": env}

@@ -1,0 +1,307 @@
+"""Fit per-op predictors from stored measurements and score them on held-out configs.
+
+For every (op, direction) the candidates are trained on a random split of the
+*configs* (so both replicates of a config fall on the same side: held out means
+unseen), scored on the rest, and the one with the lowest held-out GMAE is kept,
+refitted on every config. The report also gives an extrapolation split (train on
+the smaller problems, test on the largest) and the noise floor: the GMAE between
+two independent measurements of the same configs.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from perfmodel.device import DeviceSpec
+from perfmodel.metrics import gmae, mape, max_abs_rel_error, noise_floor
+from perfmodel.ops import OpDef, get_op
+from perfmodel.ops.base import DTYPE_BYTES
+from perfmodel.predictors import RooflineRegressor, ShapeRegressor, load_predictor, save_predictor
+from perfmodel.store import ResultStore, write_json_atomic
+
+#: Dtypes with their own compute-rate column in the roofline features.
+COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
+#: Fraction of configs held out by the random split.
+TEST_FRACTION = 0.25
+#: Fraction of configs (the largest by FLOPs) held out by the extrapolation split.
+EXTRAPOLATION_FRACTION = 0.2
+#: Fewest distinct configs needed to fit and score an op.
+MIN_CONFIGS = 4
+PREDICTOR_KINDS = ("roofline", "shape")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measurement of one config: the unit the predictors learn from."""
+
+    dtype: str
+    params: tuple[tuple[str, int], ...]
+    seconds: float
+    run_id: str
+    replicate: int
+
+    @property
+    def config_key(self) -> tuple:
+        return (self.dtype, self.params)
+
+
+def features(kind: str, op: OpDef, direction: str, dtype: str,
+             params: Mapping[str, int]) -> list[float]:
+    """Feature row of one config for predictor ``kind``.
+
+    ``roofline``: FLOPs in the column of ``dtype`` (FLOP), then bytes moved (B).
+    ``shape``: the op's shape parameters, FLOPs, bytes and bytes per element.
+    """
+    flops = op.flops(params, direction)
+    moved = op.bytes_moved(params, dtype, direction)
+    if kind == "roofline":
+        return [flops if dtype == d else 0.0 for d in COMPUTE_DTYPES] + [moved]
+    if kind == "shape":
+        return [float(params[p]) for p in op.params] + [flops, moved, float(DTYPE_BYTES[dtype])]
+    raise ValueError(f"unknown predictor kind {kind!r}: expected one of {PREDICTOR_KINDS}")
+
+
+def roofline_peaks(device: DeviceSpec) -> list[float]:
+    """Peak rate per roofline column: FLOP/s per compute dtype, then B/s."""
+    fp32 = device.peak_flops["float32"]
+    return [device.peak_flops.get(d, fp32) for d in COMPUTE_DTYPES] + [device.mem_bandwidth_Bps]
+
+
+def make_predictor(kind: str, device: DeviceSpec):
+    """An unfitted predictor of ``kind`` for ``device``."""
+    if kind == "roofline":
+        return RooflineRegressor(peaks=roofline_peaks(device))
+    if kind == "shape":
+        return ShapeRegressor()
+    raise ValueError(f"unknown predictor kind {kind!r}: expected one of {PREDICTOR_KINDS}")
+
+
+@dataclass
+class OpPredictor:
+    """A fitted predictor of one (op, direction) and the features it reads."""
+
+    op: str
+    direction: str
+    kind: str
+    estimator: object
+
+    def predict(self, dtype: str, params_list: Sequence[Mapping[str, int]]) -> np.ndarray:
+        """Predicted seconds for each config in ``params_list``, in one batched call."""
+        op = get_op(self.op)
+        X = np.array([features(self.kind, op, self.direction, dtype, p) for p in params_list],
+                     dtype=float)
+        return self.estimator.predict(X)
+
+
+@dataclass
+class OpAccuracy:
+    """Held-out accuracy of one (op, direction). Errors are fractions (0.05 = 5%)."""
+
+    op: str
+    direction: str
+    n_configs: int
+    n_samples: int
+    chosen: str
+    reason: str
+    gmae: float
+    mape: float
+    max_error: float
+    gmae_extrapolation: float | None
+    noise_floor: float | None
+    n_noise_pairs: int
+    candidates: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.op}.{self.direction}"
+
+
+@dataclass
+class FitReport:
+    """Fitted predictors and their accuracy, keyed by ``(op, direction)``."""
+
+    predictors: dict[tuple[str, str], OpPredictor] = field(default_factory=dict)
+    accuracy: dict[tuple[str, str], OpAccuracy] = field(default_factory=dict)
+    skipped: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def predictor(self, op: str, direction: str) -> OpPredictor:
+        try:
+            return self.predictors[(op, direction)]
+        except KeyError:
+            why = self.skipped.get((op, direction), "no measurements")
+            raise LookupError(f"no fitted predictor for {op}.{direction}: {why}") from None
+
+
+def samples_from_records(records: Iterable[dict]) -> dict[tuple[str, str], list[Sample]]:
+    """Group measurement records by (op, direction)."""
+    grouped: dict[tuple[str, str], list[Sample]] = {}
+    for r in records:
+        if r.get("kind") != "measurement":
+            continue
+        params = tuple(sorted((k, int(v)) for k, v in r["config"].items()))
+        grouped.setdefault((r["op"], r["direction"]), []).append(
+            Sample(r["dtype"], params, float(r["measurement"]["median_s"]),
+                   str(r.get("run_id")), int(r["replicate"])))
+    return grouped
+
+
+def random_split(keys: Sequence, seed: int = 0) -> tuple[set, set]:
+    """(train, test) sets of config keys; ``TEST_FRACTION`` of them held out."""
+    shuffled = sorted(keys)
+    random.Random(seed).shuffle(shuffled)
+    n_test = max(1, round(len(shuffled) * TEST_FRACTION))
+    return set(shuffled[n_test:]), set(shuffled[:n_test])
+
+
+def extrapolation_split(keys: Sequence, size_of) -> tuple[set, set]:
+    """(train, test): the largest ``EXTRAPOLATION_FRACTION`` of configs by ``size_of`` held out."""
+    ordered = sorted(keys, key=lambda k: (size_of(k), k))
+    n_test = max(1, round(len(ordered) * EXTRAPOLATION_FRACTION))
+    return set(ordered[:-n_test]), set(ordered[-n_test:])
+
+
+def _fit(kind: str, op: OpDef, direction: str, device: DeviceSpec,
+         train: list[Sample]) -> OpPredictor:
+    predictor = OpPredictor(op.name, direction, kind, make_predictor(kind, device))
+    predictor.estimator.fit(_feature_matrix(predictor, train), np.array([s.seconds for s in train]))
+    return predictor
+
+
+def _feature_matrix(predictor: OpPredictor, samples: list[Sample]) -> np.ndarray:
+    op = get_op(predictor.op)
+    return np.array([features(predictor.kind, op, predictor.direction, s.dtype, dict(s.params))
+                     for s in samples], dtype=float)
+
+
+def _score(predictor: OpPredictor, test: list[Sample]) -> tuple[np.ndarray, np.ndarray]:
+    """(predicted, measured) seconds of ``test``."""
+    pred = predictor.estimator.predict(_feature_matrix(predictor, test))
+    return pred, np.array([s.seconds for s in test])
+
+
+def measured_noise_floor(samples: list[Sample]) -> tuple[float | None, int]:
+    """GMAE between the first two measurements of each config, and the pair count."""
+    by_config: dict[tuple, list[Sample]] = {}
+    for s in sorted(samples, key=lambda s: (s.run_id, s.replicate)):
+        by_config.setdefault(s.config_key, []).append(s)
+    pairs = [(v[0].seconds, v[1].seconds) for v in by_config.values() if len(v) >= 2]
+    if not pairs:
+        return None, 0
+    a, b = np.array(pairs).T
+    return noise_floor(a, b), len(pairs)
+
+
+def fit_op(op_name: str, direction: str, samples: list[Sample], device: DeviceSpec,
+           kinds: Sequence[str] = PREDICTOR_KINDS) -> tuple[OpPredictor, OpAccuracy]:
+    """Score every predictor kind on held-out configs, keep the best, refit it on all."""
+    op = get_op(op_name)
+    keys = sorted({s.config_key for s in samples})
+    if len(keys) < MIN_CONFIGS:
+        raise ValueError(f"{op_name}.{direction}: {len(keys)} distinct configs measured, "
+                         f"need at least {MIN_CONFIGS} to fit and hold some out")
+
+    def subset(chosen_keys: set) -> list[Sample]:
+        return [s for s in samples if s.config_key in chosen_keys]
+
+    train_keys, test_keys = random_split(keys)
+    size = {k: op.flops(dict(k[1]), direction) for k in keys}
+    ex_train_keys, ex_test_keys = extrapolation_split(keys, size.__getitem__)
+    candidates: dict[str, dict[str, float]] = {}
+    for kind in kinds:
+        pred, meas = _score(_fit(kind, op, direction, device, subset(train_keys)),
+                            subset(test_keys))
+        ex_pred, ex_meas = _score(_fit(kind, op, direction, device, subset(ex_train_keys)),
+                                  subset(ex_test_keys))
+        candidates[kind] = {"gmae": gmae(pred, meas), "mape": mape(pred, meas),
+                            "max_error": max_abs_rel_error(pred, meas),
+                            "gmae_extrapolation": gmae(ex_pred, ex_meas)}
+    chosen = min(candidates, key=lambda k: candidates[k]["gmae"])
+    others = ", ".join(f"{k} {v['gmae']:.1%}" for k, v in candidates.items() if k != chosen)
+    reason = f"lowest held-out GMAE {candidates[chosen]['gmae']:.1%}" + \
+        (f" (vs {others})" if others else "")
+    final = _fit(chosen, op, direction, device, samples)
+    floor, n_pairs = measured_noise_floor(samples)
+    best = candidates[chosen]
+    accuracy = OpAccuracy(op_name, direction, len(keys), len(samples), chosen, reason,
+                          best["gmae"], best["mape"], best["max_error"],
+                          best["gmae_extrapolation"], floor, n_pairs, candidates)
+    return final, accuracy
+
+
+def fit_predictors(records: Iterable[dict], device: DeviceSpec,
+                   only: Iterable[tuple[str, str]] | None = None) -> FitReport:
+    """Fit and score every (op, direction) found in ``records`` (or just ``only``)."""
+    report = FitReport()
+    grouped = samples_from_records(records)
+    wanted = set(only) if only is not None else set(grouped)
+    for key in sorted(wanted):
+        samples = grouped.get(key, [])
+        try:
+            report.predictors[key], report.accuracy[key] = fit_op(*key, samples, device)
+        except ValueError as exc:
+            report.skipped[key] = str(exc)
+    return report
+
+
+# -- persistence -------------------------------------------------------------------
+
+INDEX_SCHEMA = 1
+
+
+def save_fit(report: FitReport, store: ResultStore, run_id: str) -> Path:
+    """Write the fitted predictors and their accuracy under ``predictors/<run_id>/``."""
+    folder = store.predictors_dir / run_id
+    entries = []
+    for (op, direction), predictor in sorted(report.predictors.items()):
+        stem = f"{op}-{direction}"
+        save_predictor(predictor.estimator, folder / stem)
+        entries.append({"op": op, "direction": direction, "kind": predictor.kind, "stem": stem,
+                        "accuracy": asdict(report.accuracy[(op, direction)])})
+    write_json_atomic(folder / "index.json", {"schema": INDEX_SCHEMA, "run_id": run_id,
+                                              "device_key": store.device_key, "entries": entries})
+    return folder
+
+
+def load_fit(folder: Path) -> FitReport:
+    """Read a folder written by :func:`save_fit`; ValueError naming the file otherwise."""
+    index_path = folder / "index.json"
+    try:
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{index_path}: cannot read predictor index ({exc})") from None
+    if not isinstance(index, dict) or index.get("schema") != INDEX_SCHEMA:
+        raise ValueError(f"{index_path}: not a perfmodel predictor index of schema {INDEX_SCHEMA}")
+    report = FitReport()
+    for entry in index.get("entries", []):
+        try:
+            key = (entry["op"], entry["direction"])
+            kind, stem = entry["kind"], entry["stem"]
+            get_op(key[0])
+            if kind not in PREDICTOR_KINDS or not isinstance(stem, str) or "/" in stem:
+                raise ValueError(f"bad kind {kind!r} or file stem {stem!r}")
+            report.accuracy[key] = OpAccuracy(**entry["accuracy"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{index_path}: bad entry {entry!r} ({exc})") from None
+        report.predictors[key] = OpPredictor(*key, kind, load_predictor(folder / stem))
+    return report
+
+
+def load_latest_fit(store: ResultStore) -> tuple[FitReport | None, list[str]]:
+    """The newest loadable fit of ``store`` and the problems met on the way."""
+    problems: list[str] = []
+    if not store.predictors_dir.is_dir():
+        return None, problems
+    for folder in sorted(store.predictors_dir.iterdir(), reverse=True):
+        if not folder.is_dir():
+            continue
+        try:
+            return load_fit(folder), problems
+        except ValueError as exc:
+            problems.append(str(exc))
+    return None, problems

@@ -1,0 +1,117 @@
+"""The one definition of an op: shape space, inputs, callables, work, trace mapping.
+
+Every consumer (microbenchmarks, predictor features, trace-to-graph mapping)
+reads an op through :class:`OpDef`, so they cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+PROFILES = ("smoke", "quick", "full")
+DIRECTIONS = ("forward", "backward")
+
+#: Bytes per element of the dtypes the ops are benchmarked in.
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+@dataclass(frozen=True)
+class OpCase:
+    """One microbenchmark point: an op, a direction, a dtype and a config."""
+
+    op: str
+    direction: str
+    dtype: str
+    config: tuple[tuple[str, int], ...]
+
+    @property
+    def params(self) -> dict[str, int]:
+        return dict(self.config)
+
+    @property
+    def id(self) -> str:
+        """Readable, stable pytest id, e.g. ``addmm-forward-float32-M64-N128-K32``."""
+        shape = "-".join(f"{k}{v}" for k, v in self.config)
+        return f"{self.op}-{self.direction}-{self.dtype}-{shape}"
+
+
+class OpDef:
+    """Base class of an op definition. Subclasses fill in the class attributes
+    and override :meth:`configs`, :meth:`make_runner`, :meth:`flops` and
+    :meth:`bytes_moved`.
+
+    Attributes:
+        name: unique op name (``"addmm"``).
+        family: op family (``"gemm"``).
+        params: config parameter names, in feature order.
+        directions: the directions training runs (subset of ``DIRECTIONS``).
+        dtypes: dtypes benchmarked.
+        trace_names: ATen op names that this op appears as in a trace.
+    """
+
+    name: str = ""
+    family: str = ""
+    params: tuple[str, ...] = ()
+    directions: tuple[str, ...] = ("forward",)
+    dtypes: tuple[str, ...] = ("float32",)
+    trace_names: tuple[str, ...] = ()
+
+    # -- shape space -------------------------------------------------------
+    def configs(self, profile: str) -> list[dict[str, int]]:
+        """The configs of ``profile``; deterministic for a given profile."""
+        raise NotImplementedError
+
+    def cases(self, profile: str) -> list[OpCase]:
+        """Every (direction, dtype, config) of ``profile`` as :class:`OpCase`."""
+        check_profile(profile)
+        return [
+            OpCase(self.name, direction, dtype, tuple((p, int(c[p])) for p in self.params))
+            for c in self.configs(profile)
+            for dtype in self.dtypes
+            for direction in self.directions
+        ]
+
+    # -- running -----------------------------------------------------------
+    def make_runner(self, params: Mapping[str, int], dtype: str, direction: str,
+                    device: str) -> Callable[[], Any]:
+        """Build inputs on ``device`` and return a zero-argument callable to time."""
+        raise NotImplementedError
+
+    # -- analytic work -----------------------------------------------------
+    def flops(self, params: Mapping[str, int], direction: str) -> float:
+        """Floating-point operations of one call (FLOP)."""
+        raise NotImplementedError
+
+    def bytes_moved(self, params: Mapping[str, int], dtype: str, direction: str) -> float:
+        """Minimum bytes read and written by one call (B)."""
+        raise NotImplementedError
+
+    # -- trace mapping -----------------------------------------------------
+    def params_from_shapes(self, input_shapes: Sequence[Sequence[int]]) -> dict[str, int] | None:
+        """Read this op's config from the input shapes of a trace node, or
+        ``None`` when the node is not an instance of this op."""
+        raise NotImplementedError
+
+
+def check_profile(profile: str) -> str:
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}: expected one of {', '.join(PROFILES)}")
+    return profile
+
+
+def log_uniform_ints(rng: random.Random, low: int, high: int, multiple: int = 1) -> int:
+    """An integer drawn log-uniformly from [low, high], rounded to ``multiple``."""
+    value = math.exp(rng.uniform(math.log(low), math.log(high)))
+    return max(low, min(high, int(round(value / multiple)) * multiple))
+
+
+def torch_dtype(dtype: str):
+    import torch
+
+    try:
+        return getattr(torch, dtype)
+    except AttributeError:
+        raise ValueError(f"unknown dtype {dtype!r}") from None

@@ -1,0 +1,196 @@
+"""GEMM family: ``addmm``, ``linear`` (forward and backward) and ``bmm``."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Mapping, Sequence
+
+from perfmodel.ops.base import DTYPE_BYTES, OpDef, check_profile, log_uniform_ints, torch_dtype
+
+#: Dimension grid of the ``full`` profile.
+_FULL_DIMS = (16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
+
+#: Number of random configs and largest FLOP count of one call per profile.
+_QUICK_CONFIGS = 40
+_MAX_FLOPS = {"smoke": 3e8, "quick": 2e9, "full": 4e10}
+
+
+def _random_configs(seed: str, params: Sequence[str], ranges: Mapping[str, tuple[int, int]],
+                    count: int, flops_of, max_flops: float) -> list[dict[str, int]]:
+    """``count`` distinct configs drawn log-uniformly, each under ``max_flops``."""
+    rng = random.Random(seed)
+    seen: set[tuple[int, ...]] = set()
+    out: list[dict[str, int]] = []
+    for _ in range(count * 50):
+        cfg = {p: log_uniform_ints(rng, *ranges[p], multiple=8 if ranges[p][0] >= 8 else 1)
+               for p in params}
+        key = tuple(cfg[p] for p in params)
+        if key in seen or flops_of(cfg) > max_flops:
+            continue
+        seen.add(key)
+        out.append(cfg)
+        if len(out) == count:
+            break
+    return out
+
+
+class _Gemm(OpDef):
+    family = "gemm"
+    dtypes = ("float32", "bfloat16")
+    #: Fixed ``smoke`` configs: small, and spanning square, skinny and wide shapes.
+    smoke: tuple[tuple[int, ...], ...] = ()
+    ranges: dict[str, tuple[int, int]] = {}
+
+    def configs(self, profile: str) -> list[dict[str, int]]:
+        check_profile(profile)
+        if profile == "smoke":
+            return [dict(zip(self.params, values)) for values in self.smoke]
+        if profile == "quick":
+            return _random_configs(f"{self.name}-quick", self.params, self.ranges,
+                                   _QUICK_CONFIGS, lambda c: self.flops(c, "forward"),
+                                   _MAX_FLOPS["quick"])
+        grid = [dict(zip(self.params, values)) for values in self._full_grid()]
+        return [c for c in grid if self.flops(c, "forward") <= _MAX_FLOPS["full"]]
+
+    def _full_grid(self):
+        import itertools
+
+        return itertools.product(*(self._full_axis(p) for p in self.params))
+
+    def _full_axis(self, param: str) -> tuple[int, ...]:
+        low, high = self.ranges[param]
+        return tuple(d for d in _FULL_DIMS if low <= d <= high) or (low,)
+
+
+class Addmm(_Gemm):
+    """``torch.addmm(bias, A, B)`` with A: M×K, B: K×N, bias: N."""
+
+    name = "addmm"
+    params = ("M", "N", "K")
+    directions = ("forward",)
+    trace_names = ("aten::addmm",)
+    ranges = {"M": (16, 4096), "N": (16, 4096), "K": (16, 4096)}
+    smoke = ((64, 64, 64), (256, 256, 256), (512, 128, 256), (128, 512, 512),
+             (32, 1024, 256), (512, 512, 128), (256, 64, 1024), (384, 384, 384))
+
+    def make_runner(self, params, dtype, direction, device):
+        import torch
+
+        t = dict(dtype=torch_dtype(dtype), device=device)
+        bias = torch.randn(params["N"], **t)
+        a = torch.randn(params["M"], params["K"], **t)
+        b = torch.randn(params["K"], params["N"], **t)
+        return lambda: torch.addmm(bias, a, b)
+
+    def flops(self, params, direction):
+        m, n, k = params["M"], params["N"], params["K"]
+        return 2.0 * m * n * k + m * n
+
+    def bytes_moved(self, params, dtype, direction):
+        m, n, k = params["M"], params["N"], params["K"]
+        return DTYPE_BYTES[dtype] * (m * k + k * n + n + m * n)
+
+    def params_from_shapes(self, input_shapes):
+        if len(input_shapes) < 3 or len(input_shapes[1]) != 2 or len(input_shapes[2]) != 2:
+            return None
+        (m, k), (k2, n) = input_shapes[1], input_shapes[2]
+        return {"M": m, "N": n, "K": k} if k == k2 else None
+
+
+class Linear(_Gemm):
+    """``torch.nn.functional.linear(x, W, b)`` with x: B×IN, W: OUT×IN.
+
+    The backward is what autograd runs: grad_input = grad_out·W,
+    grad_weight = grad_outᵀ·x, grad_bias = Σ grad_out.
+    """
+
+    name = "linear"
+    params = ("B", "IN", "OUT")
+    directions = ("forward", "backward")
+    trace_names = ("aten::linear",)
+    ranges = {"B": (16, 4096), "IN": (16, 4096), "OUT": (16, 4096)}
+    smoke = ((64, 64, 64), (256, 256, 256), (256, 512, 256), (128, 256, 512),
+             (512, 128, 64), (256, 1024, 128), (64, 512, 1024), (512, 512, 512))
+
+    def make_runner(self, params, dtype, direction, device):
+        import torch
+        import torch.nn.functional as F
+
+        t = dict(dtype=torch_dtype(dtype), device=device)
+        grad = direction == "backward"
+        x = torch.randn(params["B"], params["IN"], requires_grad=grad, **t)
+        w = torch.randn(params["OUT"], params["IN"], requires_grad=grad, **t)
+        b = torch.randn(params["OUT"], requires_grad=grad, **t)
+        if not grad:
+            return lambda: F.linear(x, w, b)
+        out = F.linear(x, w, b)
+        grad_out = torch.randn_like(out)
+        return lambda: torch.autograd.grad(out, (x, w, b), grad_out, retain_graph=True)
+
+    def flops(self, params, direction):
+        b, i, o = params["B"], params["IN"], params["OUT"]
+        return (2.0 if direction == "forward" else 4.0) * b * i * o + b * o
+
+    def bytes_moved(self, params, dtype, direction):
+        b, i, o = params["B"], params["IN"], params["OUT"]
+        elements = b * i + i * o + o + b * o
+        if direction == "backward":
+            elements += b * i + i * o  # grad_input and grad_weight written
+        return DTYPE_BYTES[dtype] * elements
+
+    def params_from_shapes(self, input_shapes):
+        if len(input_shapes) < 2 or len(input_shapes[0]) < 1 or len(input_shapes[1]) != 2:
+            return None
+        x, (o, i) = input_shapes[0], input_shapes[1]
+        if x[-1] != i:
+            return None
+        return {"B": math.prod(x[:-1]), "IN": i, "OUT": o}
+
+
+class Bmm(_Gemm):
+    """``torch.bmm(A, B)`` with A: BATCH×M×K and B: BATCH×K×N."""
+
+    name = "bmm"
+    params = ("BATCH", "M", "N", "K")
+    directions = ("forward", "backward")
+    trace_names = ("aten::bmm",)
+    ranges = {"BATCH": (1, 256), "M": (8, 1024), "N": (8, 1024), "K": (8, 1024)}
+    smoke = ((8, 64, 64, 64), (32, 128, 128, 64), (4, 256, 256, 256), (64, 32, 32, 128),
+             (16, 128, 64, 256), (2, 512, 512, 128), (128, 16, 16, 16), (8, 256, 128, 512))
+
+    def make_runner(self, params, dtype, direction, device):
+        import torch
+
+        t = dict(dtype=torch_dtype(dtype), device=device)
+        grad = direction == "backward"
+        batch, m, n, k = params["BATCH"], params["M"], params["N"], params["K"]
+        a = torch.randn(batch, m, k, requires_grad=grad, **t)
+        b = torch.randn(batch, k, n, requires_grad=grad, **t)
+        if not grad:
+            return lambda: torch.bmm(a, b)
+        out = torch.bmm(a, b)
+        grad_out = torch.randn_like(out)
+        return lambda: torch.autograd.grad(out, (a, b), grad_out, retain_graph=True)
+
+    def flops(self, params, direction):
+        batch, m, n, k = params["BATCH"], params["M"], params["N"], params["K"]
+        return (2.0 if direction == "forward" else 4.0) * batch * m * n * k
+
+    def bytes_moved(self, params, dtype, direction):
+        batch, m, n, k = params["BATCH"], params["M"], params["N"], params["K"]
+        elements = batch * (m * k + k * n + m * n)
+        if direction == "backward":
+            elements += batch * (m * k + k * n)
+        return DTYPE_BYTES[dtype] * elements
+
+    def params_from_shapes(self, input_shapes):
+        if len(input_shapes) < 2 or len(input_shapes[0]) != 3 or len(input_shapes[1]) != 3:
+            return None
+        (batch, m, k), (batch2, k2, n) = input_shapes[0], input_shapes[1]
+        if batch != batch2 or k != k2:
+            return None
+        return {"BATCH": batch, "M": m, "N": n, "K": k}
+
+
+GEMM_OPS = (Addmm(), Linear(), Bmm())

@@ -1,0 +1,142 @@
+"""pytest plugin: options, markers, parametrisation, ordering, summary and the gate.
+
+Registered through the ``pytest11`` entry point. It imports neither torch nor
+scikit-learn; those load on the first item that needs them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perfmodel.ops import PROFILES, cases_for, get_op
+from perfmodel.settings import SettingsError, load_settings
+from pytest_perfmodel.session import Options, PerfmodelSession, default_threads
+
+SESSION_KEY = pytest.StashKey[PerfmodelSession]()
+
+MARKERS = {
+    "microbench": "microbenchmark of one op config; writes measurements to the results store",
+    "accuracy": "held-out accuracy of one op's fitted predictor against its GMAE threshold",
+    "e2e": "end-to-end iteration time of one workload: measured against predicted",
+    "perfmodel_ops(*names)": "ops whose configs parametrise `op_case` / `op_target`",
+    "perfmodel_workloads(*names)": "workloads that parametrise `workload`",
+}
+#: Run order of the stages: fitting needs the measurements, E2E needs the fit.
+STAGES = ("microbench", "accuracy", "e2e")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("perfmodel", "performance model benchmarks")
+    group.addoption("--perfmodel-device", default=None, metavar="DEVICE",
+                    help="cpu, cuda or cuda:N (default: cuda when present, else cpu)")
+    group.addoption("--perfmodel-profile", default="smoke", choices=PROFILES,
+                    help="shape-space profile of the microbenchmarks (default: smoke)")
+    group.addoption("--perfmodel-results", default=None, metavar="DIR",
+                    help="results root; data goes to DIR/<device-key>/ (default: <rootdir>/results)")
+    group.addoption("--perfmodel-threads", type=int, default=None, metavar="N",
+                    help="CPU threads torch is pinned to (default: the usable cores)")
+    group.addoption("--perfmodel-budget", type=float, default=None, metavar="SECONDS",
+                    help="time budget per config and replicate (default: 0.3 smoke, 1.0 otherwise)")
+    group.addoption("--perfmodel-target-ci", type=float, default=0.02, metavar="FRACTION",
+                    help="stop sampling when the 95%% CI of the median is within ±FRACTION")
+    group.addoption("--perfmodel-cold-cache", action="store_true",
+                    help="flush the GPU L2 before every sample (CUDA only)")
+    group.addoption("--perfmodel-save-baseline", action="store_true",
+                    help="store this run's E2E errors as results/<device-key>/baseline.json")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    opt = config.option
+    threads = opt.perfmodel_threads or default_threads()
+    if threads < 1:
+        raise pytest.UsageError(f"--perfmodel-threads must be >= 1, got {threads}")
+    budget = opt.perfmodel_budget or (0.3 if opt.perfmodel_profile == "smoke" else 1.0)
+    if budget <= 0 or not 0 < opt.perfmodel_target_ci < 1:
+        raise pytest.UsageError("--perfmodel-budget must be > 0 and --perfmodel-target-ci in (0, 1)")
+    if opt.perfmodel_device is not None:
+        from perfmodel.device import parse_device
+
+        try:
+            parse_device(opt.perfmodel_device)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--perfmodel-device: {exc}") from None
+    try:
+        settings = load_settings(config.rootpath / "pyproject.toml")
+    except SettingsError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    root = Path(opt.perfmodel_results) if opt.perfmodel_results else config.rootpath / "results"
+    options = Options(opt.perfmodel_device, opt.perfmodel_profile, root.resolve(), threads,
+                      opt.perfmodel_save_baseline, budget, opt.perfmodel_target_ci,
+                      opt.perfmodel_cold_cache)
+    config.stash[SESSION_KEY] = PerfmodelSession(options, settings, config.rootpath)
+
+
+def _marker_names(metafunc: pytest.Metafunc, marker: str) -> tuple[str, ...]:
+    mark = metafunc.definition.get_closest_marker(marker)
+    if mark is None or not mark.args:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: needs @pytest.mark.{marker}(...)")
+    return tuple(mark.args)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    profile = metafunc.config.stash[SESSION_KEY].options.profile
+    try:
+        if "op_case" in metafunc.fixturenames:
+            cases = cases_for(_marker_names(metafunc, "perfmodel_ops"), profile)
+            metafunc.parametrize("op_case", cases, ids=[c.id for c in cases])
+        if "op_target" in metafunc.fixturenames:
+            targets = [(name, d) for name in _marker_names(metafunc, "perfmodel_ops")
+                       for d in get_op(name).directions]
+            metafunc.parametrize("op_target", targets, ids=[f"{o}.{d}" for o, d in targets])
+        if "workload" in metafunc.fixturenames:
+            from perfmodel.workloads import get_workload
+
+            names = _marker_names(metafunc, "perfmodel_workloads")
+            for name in names:
+                get_workload(name)
+            metafunc.parametrize("workload", names)
+    except ValueError as exc:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: {exc}") from None
+
+
+@pytest.fixture
+def perfmodel_session(request: pytest.FixtureRequest) -> PerfmodelSession:
+    """The perfmodel state of this pytest session."""
+    return request.config.stash[SESSION_KEY]
+
+
+def _stage(item: pytest.Item) -> int:
+    for index, name in enumerate(STAGES):
+        if item.get_closest_marker(name) is not None:
+            return index
+    return -1
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_stage)  # stable: keeps the order within a stage
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session):
+    result = yield
+    pm = session.config.stash[SESSION_KEY]
+    if pm.finish().failed:
+        session.testsfailed += 1
+    return result
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    pm = config.stash.get(SESSION_KEY, None)
+    if pm is None or not (pm.accuracy or pm.e2e or pm.gate.lines or pm.problems):
+        return
+    from pytest_perfmodel.summary import summary_lines
+
+    quiet = config.get_verbosity() < 0
+    terminalreporter.section("perfmodel")
+    for line in summary_lines(pm, quiet=quiet):
+        terminalreporter.write_line(line, red=line.startswith("FAIL"),
+                                    yellow=line.startswith("WARNING"))

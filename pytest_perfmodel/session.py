@@ -1,0 +1,197 @@
+"""Per-pytest-session state: the device, the run file, the fit, the E2E results.
+
+Each method is a thin call into the ``perfmodel`` library; heavy modules
+(torch, scikit-learn) are imported on first use, not when pytest starts.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from perfmodel.gate import Verdict, check_errors, load_baseline, save_baseline
+from perfmodel.settings import Settings
+from perfmodel.store import ResultStore, new_run_id
+
+
+@dataclass
+class Options:
+    """The plugin's command-line options, parsed."""
+
+    device: str | None
+    profile: str
+    results_root: Path
+    threads: int
+    save_baseline: bool
+    budget_s: float
+    target_rel_ci: float
+    cold_cache: bool
+
+
+@dataclass
+class GateOutcome:
+    """What the gate decided after the run; ``lines`` are printed in the summary."""
+
+    verdicts: list[Verdict] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+    failed: bool = False
+
+
+class PerfmodelSession:
+    """State shared by the perfmodel items of one pytest session."""
+
+    def __init__(self, options: Options, settings: Settings, rootdir: Path):
+        self.options = options
+        self.settings = settings
+        self.rootdir = rootdir
+        self.run_id = new_run_id()
+        self._device = None
+        self._env: dict | None = None
+        self._writer = None
+        self._fit = None
+        self.accuracy: list = []  # OpAccuracy of the accuracy items that ran
+        self.e2e: list = []  # E2EResult of the e2e items that ran
+        self.problems: list[str] = []  # unreadable result files, reported in the summary
+        self.gate = GateOutcome()
+
+    # -- lazily created ------------------------------------------------------------
+    @property
+    def device(self):
+        """The :class:`~perfmodel.device.DeviceSpec` in use (detected once)."""
+        if self._device is None:
+            import torch
+
+            from perfmodel.device import detect_device
+
+            torch.set_num_threads(self.options.threads)
+            self._device = detect_device(self.options.device, self.options.results_root,
+                                         threads=self.options.threads)
+        return self._device
+
+    @property
+    def torch_device(self) -> str:
+        spec = self.device
+        return "cpu" if spec.kind == "cpu" else f"cuda:{spec.index or 0}"
+
+    @property
+    def store(self) -> ResultStore:
+        return ResultStore(self.options.results_root, self.device.key)
+
+    @property
+    def env(self) -> dict:
+        if self._env is None:
+            from perfmodel.env import environment
+
+            self._env = environment(self.device.key, self.options.threads, cwd=self.rootdir)
+        return self._env
+
+    def _append(self, record: dict) -> None:
+        if self._writer is None:
+            self._writer = self.store.open_run(self.env, self.options.profile, self.run_id)
+        self._writer.append(record)
+
+    @property
+    def timer_settings(self):
+        from perfmodel.bench import TimerSettings
+
+        return TimerSettings(target_rel_ci=self.options.target_rel_ci,
+                             budget_s=self.options.budget_s, cold_cache=self.options.cold_cache)
+
+    # -- items -----------------------------------------------------------------------
+    def benchmark(self, case) -> None:
+        """Measure ``case`` and append its records to this run's file."""
+        from perfmodel.bench import CaseUnsupported, benchmark_case, measurement_record
+
+        try:
+            measurements = benchmark_case(case, self.torch_device, self.timer_settings,
+                                          l2_bytes=self.device.l2_bytes)
+        except CaseUnsupported as exc:
+            pytest.skip(str(exc))
+        for replicate, m in enumerate(measurements):
+            self._append(measurement_record(case, m, replicate, self.env))
+        self._fit = None  # new data: refit before the next accuracy or e2e item
+
+    def fit(self):
+        """Fit predictors on every stored measurement of this device (once per session
+        unless new measurements arrive); fall back to the newest stored fit."""
+        if self._fit is None:
+            from perfmodel.fitting import fit_predictors, load_latest_fit, save_fit
+
+            loaded = self.store.load("measurement")
+            self.problems.extend(p for p in loaded.problems if p not in self.problems)
+            if loaded.records:
+                self._fit = fit_predictors(loaded.records, self.device)
+                save_fit(self._fit, self.store, self.run_id)
+            else:
+                self._fit, problems = load_latest_fit(self.store)
+                self.problems.extend(problems)
+        return self._fit
+
+    def check_accuracy(self, op: str, direction: str) -> None:
+        """Fail the item when the held-out GMAE of ``op.direction`` is above its threshold."""
+        fit = self.fit()
+        if fit is None:
+            pytest.fail(f"no measurements or fitted predictors under {self.store.dir}; "
+                        f"run `pytest -m microbench` first", pytrace=False)
+        acc = fit.accuracy.get((op, direction))
+        if acc is None:
+            why = fit.skipped.get((op, direction), "no measurements of it were found")
+            pytest.fail(f"{op}.{direction}: cannot score: {why}", pytrace=False)
+        self.accuracy.append(acc)
+        threshold = self.settings.gmae_threshold(op, direction)
+        if acc.gmae > threshold:
+            floor = "n/a" if acc.noise_floor is None else f"{acc.noise_floor:.1%}"
+            pytest.fail(f"{op}.{direction}: held-out GMAE {acc.gmae:.1%} > threshold "
+                        f"{threshold:.1%} (noise floor {floor}, predictor {acc.chosen}, "
+                        f"{acc.n_configs} configs)", pytrace=False)
+
+    def run_e2e(self, workload: str) -> None:
+        """Measure and predict ``workload``, and record its error."""
+        from perfmodel.e2e import run_workload
+
+        fit = self.fit()
+        if fit is None:
+            pytest.fail(f"no measurements or fitted predictors under {self.store.dir}; "
+                        f"run `pytest -m microbench` first", pytrace=False)
+        try:
+            result = run_workload(workload, fit, self.torch_device, self.timer_settings)
+        except LookupError as exc:
+            pytest.fail(f"{workload}: {exc}", pytrace=False)
+        self._append(result.record(self.env))
+        self.e2e.append(result)
+
+    # -- end of session ---------------------------------------------------------------
+    def finish(self) -> GateOutcome:
+        """Close the run file, save the baseline when asked, and run the gate."""
+        if self._writer is not None:
+            self._writer.close()
+        if not self.e2e:
+            return self.gate
+        errors = {r.workload: r.error for r in self.e2e}
+        path = self.store.baseline_path
+        if self.options.save_baseline:
+            save_baseline(path, self.device.key, errors, self.env)
+            self.gate.lines.append(f"baseline saved to {path}")
+            return self.gate
+        try:
+            baseline = load_baseline(path)
+        except ValueError as exc:
+            self.gate.failed = True
+            self.gate.lines.append(f"FAIL perfmodel gate: {exc}")
+            return self.gate
+        if baseline is None:
+            self.gate.lines.append(f"no baseline at {path}; not gating. Create one with "
+                                   f"--perfmodel-save-baseline")
+            return self.gate
+        self.gate.verdicts = check_errors(errors, baseline, self.settings.e2e_tolerance)
+        self.gate.lines.extend(v.line() for v in self.gate.verdicts)
+        self.gate.failed = any(v.failed for v in self.gate.verdicts)
+        return self.gate
+
+
+def default_threads() -> int:
+    """CPU threads to pin torch to: the cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

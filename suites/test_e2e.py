@@ -1,0 +1,9 @@
+"""End-to-end workloads: measured against predicted iteration time, gated on error."""
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.perfmodel_workloads("mlp_small")]
+
+
+def test_e2e(workload, perfmodel_session):
+    perfmodel_session.run_e2e(workload)

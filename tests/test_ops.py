@@ -1,0 +1,76 @@
+"""Op definitions: every generated config is valid, work is positive and monotone,
+and trace shapes map back to the same config."""
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from perfmodel.ops import OPS, PROFILES, cases_for, get_op
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_configs_are_valid_and_distinct(name, profile):
+    op = get_op(name)
+    configs = op.configs(profile)
+    assert configs, f"{name} has no {profile} configs"
+    keys = [tuple(c[p] for p in op.params) for c in configs]
+    assert len(set(keys)) == len(keys)
+    for c in configs:
+        assert set(c) == set(op.params) and all(isinstance(v, int) and v >= 1 for v in c.values())
+        for direction in op.directions:
+            assert op.flops(c, direction) > 0
+            for dtype in op.dtypes:
+                assert op.bytes_moved(c, dtype, direction) > 0
+
+
+def test_profiles_grow_and_are_deterministic():
+    sizes = [len(cases_for(OPS, p)) for p in PROFILES]
+    assert sizes == sorted(sizes) and sizes[0] < sizes[1] < sizes[2]
+    assert cases_for(OPS, "quick") == cases_for(OPS, "quick")
+
+
+def test_unknown_names_are_clear():
+    with pytest.raises(ValueError, match="unknown op 'conv9d'"):
+        get_op("conv9d")
+    with pytest.raises(ValueError, match="unknown profile 'huge'"):
+        cases_for(["addmm"], "huge")
+
+
+dims = st.integers(1, 4096)
+
+
+@settings(max_examples=200, deadline=None)
+@given(name=st.sampled_from(sorted(OPS)), data=st.data())
+def test_work_is_monotone_in_every_dimension(name, data):
+    op = get_op(name)
+    params = {p: data.draw(dims, label=p) for p in op.params}
+    grown = dict(params)
+    grown[data.draw(st.sampled_from(op.params))] *= 2
+    for direction in op.directions:
+        assert op.flops(grown, direction) > op.flops(params, direction)
+        for dtype in op.dtypes:
+            assert op.bytes_moved(grown, dtype, direction) > op.bytes_moved(params, dtype, direction)
+
+
+def _shapes(name, p):
+    if name == "addmm":
+        return [[p["N"]], [p["M"], p["K"]], [p["K"], p["N"]]]
+    if name == "linear":
+        return [[p["B"], p["IN"]], [p["OUT"], p["IN"]], [p["OUT"]]]
+    return [[p["BATCH"], p["M"], p["K"]], [p["BATCH"], p["K"], p["N"]]]
+
+
+@settings(max_examples=200, deadline=None)
+@given(name=st.sampled_from(sorted(OPS)), data=st.data())
+def test_trace_shapes_map_back_to_the_config(name, data):
+    op = get_op(name)
+    params = {p: data.draw(dims, label=p) for p in op.params}
+    assert op.params_from_shapes(_shapes(name, params)) == params
+    assert op.params_from_shapes([[3]]) is None
+
+
+def test_runners_execute_on_cpu():
+    for case in cases_for(OPS, "smoke")[::7]:
+        op = get_op(case.op)
+        op.make_runner({p: min(v, 32) for p, v in case.params.items()}, case.dtype,
+                       case.direction, "cpu")()

@@ -1,0 +1,101 @@
+"""Results store: incremental writes, merging, and bad files reported by path."""
+
+import json
+
+import pytest
+
+from perfmodel.store import SCHEMA_VERSION, ResultStore, read_run_file
+
+ENV = {"device_key": "cpu-test-1c", "threads": 1}
+
+
+def record(op="addmm", seconds=1e-3, replicate=0):
+    return {"kind": "measurement", "op": op, "direction": "forward", "dtype": "float32",
+            "config": {"M": 8, "N": 8, "K": 8}, "replicate": replicate,
+            "measurement": {"median_s": seconds}, "env": ENV}
+
+
+@pytest.fixture
+def store(tmp_path):
+    return ResultStore(tmp_path, "cpu-test-1c")
+
+
+def test_runs_merge(store):
+    for n in range(3):
+        writer = store.open_run(ENV, "smoke")
+        writer.append(record(seconds=n + 1.0))
+        writer.close()
+    loaded = store.load("measurement")
+    assert loaded.problems == []
+    assert sorted(r["measurement"]["median_s"] for r in loaded.records) == [1.0, 2.0, 3.0]
+    assert len({r["run_id"] for r in loaded.records}) == 3
+
+
+def test_each_record_reaches_disk_before_close(store):
+    writer = store.open_run(ENV)
+    writer.append(record())
+    records, problems = read_run_file(writer.path, store.device_key)  # run still open
+    assert len(records) == 1 and problems == []
+    writer.close()
+
+
+def test_run_file_is_never_overwritten(store):
+    store.open_run(ENV, run_id="same").close()
+    with pytest.raises(FileExistsError):
+        store.open_run(ENV, run_id="same")
+
+
+def test_invalid_record_is_refused_at_write(store):
+    writer = store.open_run(ENV)
+    bad = record()
+    del bad["config"]
+    with pytest.raises(ValueError, match="config"):
+        writer.append(bad)
+
+
+def _write(store, name, text):
+    store.runs_dir.mkdir(parents=True, exist_ok=True)
+    path = store.runs_dir / name
+    path.write_text(text)
+    return path
+
+
+def _header(**overrides):
+    header = {"kind": "header", "schema": SCHEMA_VERSION, "run_id": "r",
+              "device_key": "cpu-test-1c", "env": ENV}
+    header.update(overrides)
+    return json.dumps(header)
+
+
+@pytest.mark.parametrize("name, text, expected", [
+    ("empty.jsonl", "", "empty file"),
+    ("garbage.jsonl", "\x00not json\n", "not JSON"),
+    ("schema.jsonl", _header(schema=99) + "\n", "schema version 99"),
+    ("foreign.jsonl", _header(device_key="cuda-h100") + "\n", "cuda-h100"),
+    ("noheader.jsonl", json.dumps(record()) + "\n", "not a perfmodel run header"),
+])
+def test_bad_files_are_reported_by_path_and_the_rest_loads(store, name, text, expected):
+    writer = store.open_run(ENV)
+    writer.append(record())
+    writer.close()
+    path = _write(store, name, text)
+    loaded = store.load()
+    assert len(loaded.of_kind("measurement")) == 1
+    assert len(loaded.problems) == 1
+    assert str(path) in loaded.problems[0] and expected in loaded.problems[0]
+
+
+def test_truncated_last_line_keeps_complete_records(store):
+    good = json.dumps(record())
+    path = _write(store, "cut.jsonl", _header() + "\n" + good + "\n" + good[: len(good) // 2])
+    loaded = store.load()
+    assert len(loaded.records) == 1
+    assert loaded.problems == [f"{path}:3: truncated last line skipped (run interrupted?)"]
+
+
+def test_bad_line_in_the_middle_is_skipped(store):
+    good = json.dumps(record())
+    path = _write(store, "mid.jsonl", "\n".join([_header(), good, "{oops", good]) + "\n")
+    loaded = store.load()
+    assert len(loaded.records) == 2
+    assert loaded.problems[0].startswith(f"{path}:3: bad record skipped")
