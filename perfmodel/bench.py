@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from perfmodel.device import DeviceSpec
 from perfmodel.ops import OpCase, get_op
 from perfmodel.timing import Measurement, Timer
 
 #: Independent measurements taken of every case; two give the noise floor.
 REPLICATES = 2
+
+#: Longest estimated time of one call a profile will run (s). Longer cases are
+#: skipped with a reason: bf16 GEMMs without native support run ~50x slower
+#: than fp32 on a CPU, and a sweep should not wait on them.
+MAX_CALL_S = {"smoke": 0.02, "quick": 0.1, "full": 2.0}
 
 
 class CaseUnsupported(Exception):
@@ -26,19 +32,32 @@ class TimerSettings:
     cold_cache: bool = False
 
 
-def benchmark_case(case: OpCase, device: str, settings: TimerSettings, l2_bytes: int = 0,
+def estimated_call_s(case: OpCase, spec: DeviceSpec) -> float:
+    """Roofline estimate of one call of ``case`` at the device's peak rates (s)."""
+    op = get_op(case.op)
+    peak = spec.peak_flops.get(case.dtype, spec.peak_flops["float32"])
+    return max(op.flops(case.params, case.direction) / peak,
+               op.bytes_moved(case.params, case.dtype, case.direction) / spec.mem_bandwidth_Bps)
+
+
+def benchmark_case(case: OpCase, spec: DeviceSpec, device: str, settings: TimerSettings,
+                   max_call_s: float | None = None,
                    replicates: int = REPLICATES) -> list[Measurement]:
     """Measure ``case`` ``replicates`` times on ``device`` (``"cpu"``, ``"cuda:0"``).
 
-    Raises :class:`CaseUnsupported` when the device cannot run it.
+    Raises :class:`CaseUnsupported` when the device cannot run it, or when its
+    estimated call time exceeds ``max_call_s``.
     """
     op = get_op(case.op)
+    if max_call_s is not None and (estimate := estimated_call_s(case, spec)) > max_call_s:
+        raise CaseUnsupported(f"{case.id}: estimated {estimate * 1e3:.0f} ms per call on "
+                              f"{spec.key} exceeds this profile's {max_call_s * 1e3:.0f} ms limit")
     try:
         runner = op.make_runner(case.params, case.dtype, case.direction, device)
         timer = Timer(runner, device=device, target_rel_ci=settings.target_rel_ci,
                       budget_s=settings.budget_s, warmup_s=settings.warmup_s,
                       min_samples=settings.min_samples,
-                      flush_l2_bytes=l2_bytes if settings.cold_cache else 0)
+                      flush_l2_bytes=spec.l2_bytes if settings.cold_cache else 0)
         return [timer.measure() for _ in range(replicates)]
     except Exception as exc:  # classified below; anything else propagates
         reason = unsupported_reason(exc)

@@ -11,13 +11,15 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from perfmodel.bench import TimerSettings
-from perfmodel.fitting import FitReport
 from perfmodel.timing import Timer
 from perfmodel.workloads import get_workload
 from perfmodel.workloads.mlp import MLPConfig, build_mlp, non_gemm_runners
+
+if TYPE_CHECKING:  # fitting pulls in scikit-learn; results and timing do not need it
+    from perfmodel.bench import TimerSettings
+    from perfmodel.fitting import FitReport
 
 
 @dataclass(frozen=True)

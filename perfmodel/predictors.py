@@ -522,6 +522,37 @@ def predict_tree_ensemble(ensemble: Mapping[str, np.ndarray], features) -> np.nd
     return ensemble["value"][node].mean(axis=1)
 
 
+def _check_tree_state(est, n: int) -> None:
+    """Validate the exported ``tree_*_`` arrays of ``est`` against ``n`` features."""
+    offsets = est.tree_node_offsets_
+    if offsets.size != est.n_estimators + 1 or offsets[0] != 0:
+        raise ValueError(
+            f"tree_node_offsets_ must start at 0 and hold n_estimators + 1 "
+            f"= {est.n_estimators + 1} entries"
+        )
+    sizes = np.diff(offsets)
+    if np.any(sizes < 1):
+        raise ValueError("tree_node_offsets_ must be strictly increasing")
+    n_nodes = int(offsets[-1])
+    for name in _TREE_ARRAYS[1:]:
+        if getattr(est, name).shape != (n_nodes,):
+            raise ValueError(f"{name} must hold {n_nodes} entries, one per node")
+    left, right = est.tree_children_left_, est.tree_children_right_
+    leaf = left == -1
+    if np.any(leaf != (right == -1)):
+        raise ValueError("a node must have both children or none (-1)")
+    node_ids = np.arange(n_nodes)
+    tree_end = np.repeat(offsets[1:], sizes)
+    internal = ~leaf
+    for name, child in (("tree_children_left_", left), ("tree_children_right_", right)):
+        bad = internal & ((child <= node_ids) | (child >= tree_end))
+        if np.any(bad):
+            raise ValueError(f"{name} must point forward to a node of the same tree")
+    feature = est.tree_feature_
+    if np.any(internal & ((feature < 0) | (feature >= n))):
+        raise ValueError(f"tree_feature_ must lie in [0, {n}) at split nodes")
+
+
 class ShapeRegressor(_PlainDataRegressor):
     """Log-space linear model plus extra-trees residuals; predicts seconds.
 
@@ -614,33 +645,98 @@ class ShapeRegressor(_PlainDataRegressor):
         n = self.n_features_in_
         if self.coef_.shape != (n,):
             raise ValueError(f"coef_ must hold {n} values")
-        offsets = self.tree_node_offsets_
-        if offsets.size != self.n_estimators + 1 or offsets[0] != 0:
-            raise ValueError(
-                f"tree_node_offsets_ must start at 0 and hold n_estimators + 1 "
-                f"= {self.n_estimators + 1} entries"
-            )
-        sizes = np.diff(offsets)
-        if np.any(sizes < 1):
-            raise ValueError("tree_node_offsets_ must be strictly increasing")
-        n_nodes = int(offsets[-1])
-        for name in _TREE_ARRAYS[1:]:
-            if getattr(self, name).shape != (n_nodes,):
-                raise ValueError(f"{name} must hold {n_nodes} entries, one per node")
-        left, right = self.tree_children_left_, self.tree_children_right_
-        leaf = left == -1
-        if np.any(leaf != (right == -1)):
-            raise ValueError("a node must have both children or none (-1)")
-        node_ids = np.arange(n_nodes)
-        tree_end = np.repeat(offsets[1:], sizes)
-        internal = ~leaf
-        for name, child in (("tree_children_left_", left), ("tree_children_right_", right)):
-            bad = internal & ((child <= node_ids) | (child >= tree_end))
-            if np.any(bad):
-                raise ValueError(f"{name} must point forward to a node of the same tree")
-        feature = self.tree_feature_
-        if np.any(internal & ((feature < 0) | (feature >= n))):
-            raise ValueError(f"tree_feature_ must lie in [0, {n}) at split nodes")
+        _check_tree_state(self, n)
+
+
+class EfficiencyRegressor(_PlainDataRegressor):
+    """Roofline bound times a learned efficiency correction; predicts seconds.
+
+    The first ``n_work`` columns of X are work amounts (as for
+    :class:`RooflineRegressor`, with ``peaks`` for them); the remaining columns
+    are shape features. A roofline is fitted on the work columns, then an
+    extra-trees model on log2(1 + x) of every column learns the residual
+    log(t / roofline). Trees cannot extrapolate, so far outside the measured
+    shapes the correction stays bounded and the roofline's physics carries the
+    scaling. Learned: ``rate_``, ``overhead_s_`` and the ``tree_*_`` arrays.
+    """
+
+    type_name: ClassVar[str] = "efficiency"
+    _scalar_attrs: ClassVar[tuple[str, ...]] = ("overhead_s_",)
+
+    def __init__(self, peaks=None, n_work=1, n_estimators=50, min_samples_leaf=2, random_state=0):
+        self.peaks = peaks
+        self.n_work = n_work
+        self.n_estimators = n_estimators
+        self.min_samples_leaf = min_samples_leaf
+        self.random_state = random_state
+
+    def _roofline(self, X: np.ndarray) -> np.ndarray:
+        work = np.maximum(X[:, : self.n_work], 0.0)
+        with np.errstate(over="ignore"):
+            pred = np.max(work / self.rate_, axis=1) + self.overhead_s_
+        return np.clip(pred, MIN_SECONDS, np.finfo(np.float64).max)
+
+    def fit(self, X, y):
+        """Fit to X = [work columns, shape columns] and times y (seconds)."""
+        from sklearn.ensemble import ExtraTreesRegressor
+
+        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
+        n_work = _as_int(self.n_work, "n_work")
+        if not 1 <= n_work <= X.shape[1]:
+            raise ValueError(f"n_work must lie in [1, {X.shape[1]}], got {n_work}")
+        roof = RooflineRegressor(peaks=self.peaks).fit(X[:, :n_work], y)
+        self.rate_, self.overhead_s_ = roof.rate_, roof.overhead_s_
+        t = np.maximum(y, MIN_SECONDS)
+        residual = np.log(t) - np.log(self._roofline(X))
+        forest = ExtraTreesRegressor(
+            n_estimators=self.n_estimators,
+            min_samples_leaf=self.min_samples_leaf,
+            random_state=self.random_state,
+        ).fit(_log_features(X), residual)
+        for name, array in export_tree_ensemble(forest).items():
+            setattr(self, f"tree_{name}_", array)
+        return self
+
+    def predict(self, X):
+        """Predicted time (seconds, finite, > 0)."""
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        ensemble = {name[len("tree_"):-1]: getattr(self, name) for name in _TREE_ARRAYS}
+        log_t = np.log(self._roofline(X)) + predict_tree_ensemble(ensemble, _log_features(X))
+        return np.exp(np.clip(log_t, math.log(MIN_SECONDS), _MAX_LOG_SECONDS))
+
+    # -- persistence hooks -------------------------------------------------
+    def _array_specs(self) -> dict[str, type]:
+        specs: dict[str, type] = {"rate_": np.float64}
+        for name in _TREE_ARRAYS:
+            specs[name] = np.float64 if name in ("tree_threshold_", "tree_value_") else np.int64
+        return specs
+
+    def _params_to_json(self) -> dict[str, Any]:
+        roof = RooflineRegressor(peaks=self.peaks)._params_to_json()
+        tree = ShapeRegressor(self.n_estimators, self.min_samples_leaf,
+                              self.random_state)._params_to_json()
+        return {"peaks": roof["peaks"], "n_work": int(self.n_work), **tree}
+
+    @classmethod
+    def _check_params(cls, params: dict[str, Any]) -> dict[str, Any]:
+        roof = RooflineRegressor._check_params({"peaks": params["peaks"], "fit_overhead": True})
+        tree = ShapeRegressor._check_params(
+            {k: params[k] for k in ("n_estimators", "min_samples_leaf", "random_state")})
+        n_work = _as_int(params["n_work"], "params.n_work")
+        if n_work < 1 or (roof["peaks"] is not None and len(roof["peaks"]) != n_work):
+            raise ValueError("params.n_work must be >= 1 and match the number of peaks")
+        return {"peaks": roof["peaks"], "n_work": n_work, **tree}
+
+    def _check_learned_state(self) -> None:
+        n = self.n_features_in_
+        if self.n_work > n:
+            raise ValueError(f"n_work must be <= n_features_in_ = {n}")
+        if self.rate_.shape != (self.n_work,) or not np.all(self.rate_ > 0):
+            raise ValueError(f"rate_ must hold {self.n_work} values > 0")
+        if self.overhead_s_ < 0:
+            raise ValueError("overhead_s_ must be >= 0")
+        _check_tree_state(self, n)
 
 
 #: Predictor classes by their persisted ``type_name``; the only classes
@@ -648,6 +744,7 @@ class ShapeRegressor(_PlainDataRegressor):
 PREDICTOR_TYPES: dict[str, type] = {
     RooflineRegressor.type_name: RooflineRegressor,
     ShapeRegressor.type_name: ShapeRegressor,
+    EfficiencyRegressor.type_name: EfficiencyRegressor,
 }
 
 

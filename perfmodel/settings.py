@@ -4,6 +4,7 @@ Example::
 
     [tool.perfmodel]
     default_gmae_threshold = 0.15   # fraction; an accuracy item fails above it
+    smoke_gmae_threshold = 0.5      # the smoke profile's few tiny configs: catches a broken fit
     e2e_tolerance = 0.05            # fraction (5 percentage points) over the baseline error
 
     [tool.perfmodel.gmae_thresholds]
@@ -19,6 +20,7 @@ from pathlib import Path
 from perfmodel.ops import OPS
 
 DEFAULT_GMAE_THRESHOLD = 0.15
+DEFAULT_SMOKE_GMAE_THRESHOLD = 0.5
 DEFAULT_E2E_TOLERANCE = 0.05
 
 
@@ -32,10 +34,17 @@ class Settings:
 
     default_gmae_threshold: float = DEFAULT_GMAE_THRESHOLD
     gmae_thresholds: dict[str, float] = field(default_factory=dict)
+    smoke_gmae_threshold: float = DEFAULT_SMOKE_GMAE_THRESHOLD
     e2e_tolerance: float = DEFAULT_E2E_TOLERANCE
 
-    def gmae_threshold(self, op: str, direction: str) -> float:
-        """Threshold of ``op.direction``, or the default."""
+    def gmae_threshold(self, op: str, direction: str, profile: str = "quick") -> float:
+        """Threshold of ``op.direction`` in ``profile``.
+
+        The ``smoke`` profile fits on a handful of tiny configs, so one loose
+        threshold applies there; ``quick`` and ``full`` use the per-op ones.
+        """
+        if profile == "smoke":
+            return self.smoke_gmae_threshold
         return self.gmae_thresholds.get(f"{op}.{direction}", self.default_gmae_threshold)
 
 
@@ -48,7 +57,7 @@ def load_settings(pyproject: Path) -> Settings:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise SettingsError(f"{pyproject}: not valid TOML ({exc})") from None
     table = data.get("tool", {}).get("perfmodel", {})
-    known = {"default_gmae_threshold", "gmae_thresholds", "e2e_tolerance"}
+    known = {"default_gmae_threshold", "gmae_thresholds", "smoke_gmae_threshold", "e2e_tolerance"}
     for key in table:
         if key not in known:
             raise SettingsError(f"{pyproject}: unknown key [tool.perfmodel] {key!r}; "
@@ -69,6 +78,9 @@ def load_settings(pyproject: Path) -> Settings:
                                          table.get("default_gmae_threshold",
                                                    DEFAULT_GMAE_THRESHOLD)),
         gmae_thresholds=parsed,
+        smoke_gmae_threshold=_fraction(pyproject, "smoke_gmae_threshold",
+                                       table.get("smoke_gmae_threshold",
+                                                 DEFAULT_SMOKE_GMAE_THRESHOLD)),
         e2e_tolerance=_fraction(pyproject, "e2e_tolerance",
                                 table.get("e2e_tolerance", DEFAULT_E2E_TOLERANCE)),
     )

@@ -51,7 +51,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     opt = config.option
-    threads = opt.perfmodel_threads or default_threads()
+    threads = default_threads() if opt.perfmodel_threads is None else opt.perfmodel_threads
     if threads < 1:
         raise pytest.UsageError(f"--perfmodel-threads must be >= 1, got {threads}")
     budget = opt.perfmodel_budget or (0.3 if opt.perfmodel_profile == "smoke" else 1.0)

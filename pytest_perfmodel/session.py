@@ -103,11 +103,11 @@ class PerfmodelSession:
     # -- items -----------------------------------------------------------------------
     def benchmark(self, case) -> None:
         """Measure ``case`` and append its records to this run's file."""
-        from perfmodel.bench import CaseUnsupported, benchmark_case, measurement_record
+        from perfmodel.bench import MAX_CALL_S, CaseUnsupported, benchmark_case, measurement_record
 
         try:
-            measurements = benchmark_case(case, self.torch_device, self.timer_settings,
-                                          l2_bytes=self.device.l2_bytes)
+            measurements = benchmark_case(case, self.device, self.torch_device,
+                                          self.timer_settings, MAX_CALL_S[self.options.profile])
         except CaseUnsupported as exc:
             pytest.skip(str(exc))
         for replicate, m in enumerate(measurements):
@@ -141,7 +141,7 @@ class PerfmodelSession:
             why = fit.skipped.get((op, direction), "no measurements of it were found")
             pytest.fail(f"{op}.{direction}: cannot score: {why}", pytrace=False)
         self.accuracy.append(acc)
-        threshold = self.settings.gmae_threshold(op, direction)
+        threshold = self.settings.gmae_threshold(op, direction, self.options.profile)
         if acc.gmae > threshold:
             floor = "n/a" if acc.noise_floor is None else f"{acc.noise_floor:.1%}"
             pytest.fail(f"{op}.{direction}: held-out GMAE {acc.gmae:.1%} > threshold "
@@ -160,6 +160,10 @@ class PerfmodelSession:
             result = run_workload(workload, fit, self.torch_device, self.timer_settings)
         except LookupError as exc:
             pytest.fail(f"{workload}: {exc}", pytrace=False)
+        self.record_e2e(result)
+
+    def record_e2e(self, result) -> None:
+        """Store an :class:`~perfmodel.e2e.E2EResult` and hand it to the gate."""
         self._append(result.record(self.env))
         self.e2e.append(result)
 

@@ -15,6 +15,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from perfmodel.metrics import gmae
 from perfmodel.predictors import (
     MIN_SECONDS,
+    EfficiencyRegressor,
     PREDICTOR_TYPES,
     RooflineRegressor,
     ShapeRegressor,
@@ -79,13 +80,15 @@ def shape_fitted():
 
 # -- scikit-learn estimator contract ----------------------------------------
 
-@parametrize_with_checks([RooflineRegressor(), ShapeRegressor(n_estimators=5)])
+@parametrize_with_checks([RooflineRegressor(), ShapeRegressor(n_estimators=5),
+                          EfficiencyRegressor(n_estimators=5)])
 def test_sklearn_estimator_contract(estimator, check):
     check(estimator)
 
 
 def test_predictor_types_registry():
-    assert PREDICTOR_TYPES == {"roofline": RooflineRegressor, "shape": ShapeRegressor}
+    assert PREDICTOR_TYPES == {"roofline": RooflineRegressor, "shape": ShapeRegressor,
+                               "efficiency": EfficiencyRegressor}
     for name, cls in PREDICTOR_TYPES.items():
         assert cls.type_name == name
 
@@ -424,3 +427,25 @@ def test_min_seconds_floor_applies_to_nonpositive_targets():
     model = RooflineRegressor().fit(X, np.array([-1.0, 0.0, -2.0, 0.0]))
     assert np.all(model.predict(X) >= MIN_SECONDS)
     assert np.all(np.isfinite(model.predict(X)))
+
+
+def test_efficiency_regressor_roundtrip_and_bounded_extrapolation(tmp_path):
+    rng = np.random.default_rng(3)
+    mnk = rng.integers(16, 512, size=(200, 3)).astype(float)
+    flops = 2 * mnk.prod(axis=1)
+    moved = 4 * (mnk[:, 0] * mnk[:, 2] + mnk[:, 2] * mnk[:, 1] + mnk[:, 0] * mnk[:, 1])
+    # efficiency falls for small M: a shape effect the trees must learn
+    y = 5e-6 + flops / (1e11 * (mnk[:, 0] / (mnk[:, 0] + 64)))
+    X = np.column_stack([flops, moved, mnk])
+    model = EfficiencyRegressor(peaks=[2e11, 5e10], n_work=2, n_estimators=20).fit(X[:150], y[:150])
+    assert gmae(model.predict(X[150:]), y[150:]) < 0.08
+    save_predictor(model, tmp_path / "eff")
+    loaded = load_predictor(tmp_path / "eff")
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+    # Far outside the measured shapes the correction stays bounded: 64x the work
+    # predicts between 16x and 256x the time.
+    big = X[:5].copy()
+    big[:, :2] *= 64
+    big[:, 2:] *= 4
+    ratio = model.predict(big) / model.predict(X[:5])
+    assert np.all((ratio > 16) & (ratio < 256))

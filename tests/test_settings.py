@@ -22,6 +22,7 @@ def test_per_op_threshold(tmp_path):
     assert s.gmae_threshold("linear", "backward") == 0.08
     assert s.gmae_threshold("linear", "forward") == DEFAULT_GMAE_THRESHOLD
     assert s.e2e_tolerance == 0.02
+    assert s.gmae_threshold("linear", "backward", "smoke") == s.smoke_gmae_threshold
 
 
 @pytest.mark.parametrize("text, expected", [

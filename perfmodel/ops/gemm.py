@@ -11,14 +11,14 @@ from perfmodel.ops.base import DTYPE_BYTES, OpDef, check_profile, log_uniform_in
 #: Dimension grid of the ``full`` profile.
 _FULL_DIMS = (16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 
-#: Number of random configs and largest FLOP count of one call per profile.
-_QUICK_CONFIGS = 40
-_MAX_FLOPS = {"smoke": 3e8, "quick": 2e9, "full": 4e10}
+#: Random configs per profile, and the largest FLOP count of one call.
+_CONFIGS = {"smoke": 16, "quick": 40}
+_MAX_FLOPS = {"smoke": 3e7, "quick": 2e9, "full": 4e10}
 
 
 def _random_configs(seed: str, params: Sequence[str], ranges: Mapping[str, tuple[int, int]],
                     count: int, flops_of, max_flops: float) -> list[dict[str, int]]:
-    """``count`` distinct configs drawn log-uniformly, each under ``max_flops``."""
+    """``count`` distinct configs drawn log-uniformly (seeded), each under ``max_flops``."""
     rng = random.Random(seed)
     seen: set[tuple[int, ...]] = set()
     out: list[dict[str, int]] = []
@@ -38,20 +38,17 @@ def _random_configs(seed: str, params: Sequence[str], ranges: Mapping[str, tuple
 class _Gemm(OpDef):
     family = "gemm"
     dtypes = ("float32", "bfloat16")
-    #: Fixed ``smoke`` configs: small, and spanning square, skinny and wide shapes.
-    smoke: tuple[tuple[int, ...], ...] = ()
     ranges: dict[str, tuple[int, int]] = {}
 
     def configs(self, profile: str) -> list[dict[str, int]]:
         check_profile(profile)
-        if profile == "smoke":
-            return [dict(zip(self.params, values)) for values in self.smoke]
-        if profile == "quick":
-            return _random_configs(f"{self.name}-quick", self.params, self.ranges,
-                                   _QUICK_CONFIGS, lambda c: self.flops(c, "forward"),
-                                   _MAX_FLOPS["quick"])
-        grid = [dict(zip(self.params, values)) for values in self._full_grid()]
-        return [c for c in grid if self.flops(c, "forward") <= _MAX_FLOPS["full"]]
+        if profile == "full":
+            grid = [dict(zip(self.params, values)) for values in self._full_grid()]
+            return [c for c in grid if self.flops(c, "forward") <= _MAX_FLOPS["full"]]
+        ranges = self.ranges if profile == "quick" else \
+            {p: (low, min(high, 512)) for p, (low, high) in self.ranges.items()}
+        return _random_configs(f"{self.name}-{profile}", self.params, ranges, _CONFIGS[profile],
+                               lambda c: self.flops(c, "forward"), _MAX_FLOPS[profile])
 
     def _full_grid(self):
         import itertools
@@ -71,8 +68,6 @@ class Addmm(_Gemm):
     directions = ("forward",)
     trace_names = ("aten::addmm",)
     ranges = {"M": (16, 4096), "N": (16, 4096), "K": (16, 4096)}
-    smoke = ((64, 64, 64), (256, 256, 256), (512, 128, 256), (128, 512, 512),
-             (32, 1024, 256), (512, 512, 128), (256, 64, 1024), (384, 384, 384))
 
     def make_runner(self, params, dtype, direction, device):
         import torch
@@ -110,8 +105,6 @@ class Linear(_Gemm):
     directions = ("forward", "backward")
     trace_names = ("aten::linear",)
     ranges = {"B": (16, 4096), "IN": (16, 4096), "OUT": (16, 4096)}
-    smoke = ((64, 64, 64), (256, 256, 256), (256, 512, 256), (128, 256, 512),
-             (512, 128, 64), (256, 1024, 128), (64, 512, 1024), (512, 512, 512))
 
     def make_runner(self, params, dtype, direction, device):
         import torch
@@ -156,8 +149,6 @@ class Bmm(_Gemm):
     directions = ("forward", "backward")
     trace_names = ("aten::bmm",)
     ranges = {"BATCH": (1, 256), "M": (8, 1024), "N": (8, 1024), "K": (8, 1024)}
-    smoke = ((8, 64, 64, 64), (32, 128, 128, 64), (4, 256, 256, 256), (64, 32, 32, 128),
-             (16, 128, 64, 256), (2, 512, 512, 128), (128, 16, 16, 16), (8, 256, 128, 512))
 
     def make_runner(self, params, dtype, direction, device):
         import torch

@@ -1,0 +1,90 @@
+"""Fitting on planted measurements: splits, noise floor, choice, persistence."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from perfmodel.device import DeviceSpec
+from perfmodel.fitting import (MIN_CONFIGS, extrapolation_split, fit_predictors, load_fit,
+                               load_latest_fit, random_split, save_fit)
+from perfmodel.ops import get_op
+from perfmodel.store import ResultStore
+
+SPEC = DeviceSpec(kind="cpu", name="planted", key="cpu-planted-2c", index=None,
+                  peak_flops={"float32": 1e11, "bfloat16": 2e9}, mem_bandwidth_Bps=3e10,
+                  l2_bytes=1 << 20, llc_bytes=32 << 20, compute_units=2, clock_hz=None,
+                  threads=2, source="measured")
+
+
+def planted_records(op_name="linear", noise=0.01, seed=0):
+    """Two replicates per config of a synthetic device: 60% of peak plus 5 us."""
+    rng = random.Random(seed)
+    op = get_op(op_name)
+    records = []
+    for case in op.cases("quick"):
+        true = 5e-6 + op.flops(case.params, case.direction) / (
+            0.6 * SPEC.peak_flops[case.dtype])
+        for replicate in range(2):
+            seconds = true * (1 + rng.gauss(0, noise))
+            records.append({"kind": "measurement", "op": case.op, "direction": case.direction,
+                            "dtype": case.dtype, "config": case.params,
+                            "replicate": replicate, "run_id": "r1",
+                            "measurement": {"median_s": seconds}, "env": {}})
+    return records
+
+
+def test_splits_hold_out_unseen_configs():
+    keys = list(range(40))
+    train, test = random_split(keys)
+    assert train.isdisjoint(test) and train | test == set(keys) and len(test) == 10
+    train, test = extrapolation_split(keys, size_of=lambda k: -k)
+    assert test == set(range(8))  # the largest by size_of
+
+
+def test_fit_recovers_planted_device_and_reports_noise_floor():
+    report = fit_predictors(planted_records(noise=0.01), SPEC)
+    assert set(report.accuracy) == {("linear", "forward"), ("linear", "backward")}
+    for acc in report.accuracy.values():
+        assert acc.gmae < 0.05 and acc.gmae_extrapolation < 0.05
+        assert acc.n_noise_pairs == acc.n_configs
+        # two replicates with 1% Gaussian noise: floor near 1.1%, well above 4e-4
+        assert 0.003 < acc.noise_floor < 0.03
+        assert acc.chosen in acc.candidates and acc.reason
+
+
+def test_noise_floor_tracks_planted_noise():
+    quiet = fit_predictors(planted_records(noise=0.005), SPEC).accuracy
+    loud = fit_predictors(planted_records(noise=0.05), SPEC).accuracy
+    for key in quiet:
+        assert loud[key].noise_floor > 3 * quiet[key].noise_floor
+
+
+def test_too_few_configs_is_reported_not_raised():
+    few = [r for r in planted_records("bmm") if r["dtype"] == "float32"
+           and r["direction"] == "forward"][: 2 * (MIN_CONFIGS - 1)]
+    report = fit_predictors(few, SPEC, only=[("bmm", "forward"), ("addmm", "forward")])
+    assert "3 distinct configs measured, need at least 4" in report.skipped[("bmm", "forward")]
+    assert "0 distinct configs" in report.skipped[("addmm", "forward")]
+    with pytest.raises(LookupError, match="bmm.forward"):
+        report.predictor("bmm", "forward")
+
+
+def test_saved_fit_predicts_the_same(tmp_path):
+    report = fit_predictors(planted_records(), SPEC)
+    store = ResultStore(tmp_path, SPEC.key)
+    folder = save_fit(report, store, "run-1")
+    loaded, problems = load_latest_fit(store)
+    assert problems == [] and set(loaded.predictors) == set(report.predictors)
+    configs = [{"B": 256, "IN": 1024, "OUT": 1024}, {"B": 8, "IN": 8, "OUT": 8}]
+    for key, predictor in report.predictors.items():
+        np.testing.assert_array_equal(loaded.predictors[key].predict("float32", configs),
+                                      predictor.predict("float32", configs))
+        assert loaded.accuracy[key].gmae == report.accuracy[key].gmae
+    # A tampered index (a path escaping the folder) is refused with the file named.
+    index = json.loads((folder / "index.json").read_text())
+    index["entries"][0]["stem"] = "../../evil"
+    (folder / "index.json").write_text(json.dumps(index))
+    with pytest.raises(ValueError, match="index.json"):
+        load_fit(folder)

@@ -1,0 +1,191 @@
+"""The plugin from the outside: markers, options, the gate's exit status and lines."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import THREADS
+
+GATE_SUITE = """
+import pytest
+from perfmodel.e2e import E2EResult, IterationTiming
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("predicted_s", [{predicted}])
+def test_planted(perfmodel_session, predicted_s):
+    # A planted measurement: 100 ms measured, predicted_s predicted.
+    perfmodel_session.record_e2e(
+        E2EResult("mlp_small", IterationTiming(0.1, 0.001, 15, 3, 2560.0), predicted_s))
+"""
+
+
+@pytest.fixture(autouse=True, scope="module")
+def heavy_modules_loaded_once():
+    """pytester's in-process runs drop the modules a run imported when it ends;
+    torch cannot be imported twice in one process, so load it (and the library
+    modules that import it) before the first run."""
+    import perfmodel.device  # noqa: F401
+    import perfmodel.e2e  # noqa: F401
+    import perfmodel.fitting  # noqa: F401
+    import torch.nn.functional  # noqa: F401
+
+
+def run(pytester, results, *args):
+    return pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", f"--perfmodel-results={results}",
+        f"--perfmodel-threads={THREADS}", *args)
+
+
+def plant_baseline(results, key, error):
+    path = results / key / "baseline.json"
+    path.write_text(json.dumps({"schema": 1, "device_key": key, "env": {},
+                                "errors": {"mlp_small": error}}))
+    return path
+
+
+def test_gate_passes_on_unchanged_baseline(pytester, planted_results):
+    results, key = planted_results
+    plant_baseline(results, key, 0.04)
+    pytester.makepyfile(GATE_SUITE.format(predicted=0.104))  # error 4%
+    out = run(pytester, results, "-m", "e2e")
+    assert out.ret == 0
+    out.stdout.fnmatch_lines(["ok   mlp_small: E2E error 4.00% within baseline 4.00% + tolerance 5.00%"])
+    assert "FAIL" not in out.stdout.str()
+
+
+def test_gate_fails_on_planted_regression(pytester, planted_results):
+    results, key = planted_results
+    plant_baseline(results, key, 0.04)
+    pytester.makepyfile(GATE_SUITE.format(predicted=0.125))  # error 25%
+    out = run(pytester, results, "-m", "e2e")
+    assert out.ret == pytest.ExitCode.TESTS_FAILED
+    out.stdout.fnmatch_lines(
+        ["FAIL mlp_small: E2E error 25.00% exceeds baseline 4.00% + tolerance 5.00%"])
+    assert "Traceback" not in out.stdout.str() + out.stderr.str()
+    out.assert_outcomes(passed=1)
+
+
+def test_tolerance_comes_from_pyproject(pytester, planted_results):
+    results, key = planted_results
+    plant_baseline(results, key, 0.04)
+    pytester.makefile(".toml", pyproject="[tool.perfmodel]\ne2e_tolerance = 0.25\n")
+    pytester.makepyfile(GATE_SUITE.format(predicted=0.125))
+    out = run(pytester, results, "-m", "e2e")
+    assert out.ret == 0
+    out.stdout.fnmatch_lines(["ok   mlp_small: * within baseline 4.00% + tolerance 25.00%"])
+
+
+def test_missing_baseline_is_a_message_not_a_crash(pytester, planted_results):
+    results, key = planted_results
+    pytester.makepyfile(GATE_SUITE.format(predicted=0.125))
+    out = run(pytester, results, "-m", "e2e")
+    assert out.ret == 0
+    out.stdout.fnmatch_lines([f"no baseline at {results / key / 'baseline.json'}; not gating.*"])
+
+
+def test_save_baseline_then_gate(pytester, planted_results):
+    results, key = planted_results
+    pytester.makepyfile(GATE_SUITE.format(predicted=0.11))
+    assert run(pytester, results, "-m", "e2e", "--perfmodel-save-baseline").ret == 0
+    saved = json.loads((results / key / "baseline.json").read_text())
+    assert saved["errors"] == {"mlp_small": pytest.approx(0.1)}
+    assert run(pytester, results, "-m", "e2e").ret == 0
+
+
+def test_corrupt_baseline_fails_the_gate_with_its_path(pytester, planted_results):
+    results, key = planted_results
+    path = results / key / "baseline.json"
+    path.write_text("{not json")
+    pytester.makepyfile(GATE_SUITE.format(predicted=0.11))
+    out = run(pytester, results, "-m", "e2e")
+    assert out.ret == pytest.ExitCode.TESTS_FAILED
+    out.stdout.fnmatch_lines([f"FAIL perfmodel gate: {path}: baseline is not readable JSON*"])
+    assert "Traceback" not in out.stdout.str()
+
+
+MICRO_SUITE = """
+import pytest
+pytestmark = pytest.mark.perfmodel_ops("addmm")
+
+@pytest.mark.microbench
+def test_microbench(op_case, perfmodel_session):
+    perfmodel_session.benchmark(op_case)
+
+@pytest.mark.accuracy
+def test_accuracy(op_target, perfmodel_session):
+    perfmodel_session.check_accuracy(*op_target)
+
+def test_unmarked():
+    pass
+"""
+
+
+def test_markers_select_and_accuracy_reads_stored_data(pytester, planted_results):
+    results, key = planted_results
+    pytester.makepyfile(MICRO_SUITE)
+    pytester.makefile(".toml", pyproject="[tool.perfmodel]\nsmoke_gmae_threshold = 5.0\n")
+    out = run(pytester, results, "--strict-markers", "-m", "microbench", "--perfmodel-budget=0.01")
+    out.assert_outcomes(passed=32, deselected=2)  # 16 smoke configs x 2 dtypes
+    runs = list((results / key / "runs").glob("*.jsonl"))
+    assert len(runs) == 1
+    lines = [json.loads(line) for line in runs[0].read_text().splitlines()]
+    assert lines[0]["kind"] == "header" and len(lines) == 1 + 32 * 2  # two replicates each
+    assert {"device_key", "threads", "torch", "fbgemm", "commit"} <= set(lines[1]["env"])
+
+    # A corrupt file beside the good run: reported by path, the rest still loads.
+    bad = results / key / "runs" / "zz-corrupt.jsonl"
+    bad.write_text("this is not json\n")
+    out = run(pytester, results, "--strict-markers", "-m", "accuracy", "-v")
+    out.assert_outcomes(passed=1, deselected=33)
+    out.stdout.fnmatch_lines(["addmm.forward *32",
+                              f"WARNING unreadable result data skipped: {bad}: line 1 is not JSON*"])
+    assert (results / key / "predictors").is_dir()
+
+
+def test_accuracy_threshold_failure_is_one_clear_line(pytester, planted_results):
+    results, key = planted_results
+    pytester.makepyfile(MICRO_SUITE)
+    pytester.makefile(".toml", pyproject="[tool.perfmodel]\nsmoke_gmae_threshold = 0.0001\n")
+    out = run(pytester, results, "-m", "microbench or accuracy", "--perfmodel-budget=0.01")
+    assert out.ret == pytest.ExitCode.TESTS_FAILED
+    out.stdout.fnmatch_lines(["addmm.forward: held-out GMAE * > threshold 0.0% (noise floor *"])
+
+
+def test_accuracy_without_data_says_what_to_do(pytester, planted_results):
+    results, _ = planted_results
+    pytester.makepyfile(MICRO_SUITE)
+    out = run(pytester, results, "-m", "accuracy")
+    assert out.ret == pytest.ExitCode.TESTS_FAILED
+    out.stdout.fnmatch_lines(["*no measurements or fitted predictors under*run `pytest -m microbench` first"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--perfmodel-profile=huge"], "*invalid choice: 'huge'*"),
+    (["--perfmodel-device=tpu"], "*--perfmodel-device: unknown device 'tpu'*"),
+    (["--perfmodel-threads=0"], "*--perfmodel-threads must be >= 1*"),
+])
+def test_bad_options_are_usage_errors(pytester, planted_results, args, message):
+    results, _ = planted_results
+    pytester.makepyfile(MICRO_SUITE)
+    out = run(pytester, results, *args)
+    assert out.ret == pytest.ExitCode.USAGE_ERROR
+    out.stderr.fnmatch_lines([message])
+
+
+def test_bad_pyproject_is_a_usage_error(pytester, planted_results):
+    results, _ = planted_results
+    pytester.makepyfile(MICRO_SUITE)
+    pytester.makefile(".toml", pyproject='[tool.perfmodel.gmae_thresholds]\n"conv9d.forward" = 0.1\n')
+    out = run(pytester, results)
+    assert out.ret == pytest.ExitCode.USAGE_ERROR
+    out.stderr.fnmatch_lines(["*pyproject.toml*'conv9d.forward' is not a known*"])
+
+
+def test_plugin_import_is_light():
+    code = ("import sys, pytest_perfmodel.plugin; "
+            "heavy = [m for m in ('torch', 'sklearn', 'pandas') if m in sys.modules]; "
+            "print(heavy); sys.exit(bool(heavy))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -1,0 +1,29 @@
+"""A smoke run of the real suites: every stage runs end to end on this machine."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_suites_run_end_to_end_in_the_smoke_profile(tmp_path):
+    results = tmp_path / "results"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--strict-markers",
+         str(REPO / "suites"), "--perfmodel-profile=smoke", f"--perfmodel-results={results}",
+         "--perfmodel-budget=0.1"],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-5000:]
+    for name in ("addmm.forward", "linear.forward", "linear.backward", "bmm.forward",
+                 "bmm.backward"):
+        assert any(line.startswith(name) for line in out.splitlines()), f"{name} missing:\n{out}"
+    assert "mlp_small" in out and "no baseline at" in out
+    (device_dir,) = results.iterdir()
+    (run_file,) = (device_dir / "runs").iterdir()
+    kinds = [json.loads(line)["kind"] for line in run_file.read_text().splitlines()]
+    assert kinds[0] == "header" and kinds.count("e2e") == 1 and kinds.count("measurement") > 100
+    assert (device_dir / "device.json").is_file()
+    assert len(list((device_dir / "predictors").glob("*/index.json"))) == 1
