@@ -13,13 +13,14 @@ import math
 import os
 import platform
 import re
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
+
+from perfmodel.plaindata import dataclass_from_dict, write_json_atomic
 
 KINDS = ("cpu", "cuda")
 SOURCES = ("datasheet", "measured", "torch-properties")
@@ -119,18 +120,9 @@ class DeviceSpec:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "DeviceSpec":
         """Rebuild from `to_dict` output; ValueError names a missing, unknown or bad field."""
-        if not isinstance(d, dict):
-            raise ValueError(f"DeviceSpec.from_dict expects a dict, got {type(d).__name__}")
-        names = [f.name for f in fields(cls)]
-        missing = [name for name in names if name not in d]
-        if missing:
-            raise ValueError(f"DeviceSpec field(s) missing: {', '.join(missing)}")
-        unknown = sorted(set(d) - set(names))
-        if unknown:
-            raise ValueError(f"unknown DeviceSpec field(s): {', '.join(unknown)}")
-        if not isinstance(d["peak_flops"], dict):
+        if isinstance(d, dict) and not isinstance(d.get("peak_flops", {}), dict):
             raise ValueError(f"DeviceSpec.peak_flops must be a dict, got {type(d['peak_flops']).__name__}")
-        return cls(**{name: d[name] for name in names})
+        return dataclass_from_dict(cls, d)
 
 
 # ---------------------------------------------------------------- GPU data sheets
@@ -520,22 +512,6 @@ def measure_cpu_spec(threads: int | None = None) -> DeviceSpec:
 # ---------------------------------------------------------------- detection
 
 
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def _load_cached_cpu_spec(path: Path, key: str, threads: int) -> DeviceSpec | None:
     """The cached spec at `path` if valid for (key, threads); warns when the file is corrupt."""
     if not path.exists():
@@ -580,5 +556,5 @@ def detect_device(
     if cached is not None:
         return cached
     spec = measure_cpu_spec(threads=effective_threads)
-    _write_json_atomic(Path(results_dir) / spec.key / DEVICE_FILE, spec.to_dict())
+    write_json_atomic(Path(results_dir) / spec.key / DEVICE_FILE, spec.to_dict())
     return spec

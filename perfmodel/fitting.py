@@ -25,7 +25,8 @@ from perfmodel.ops import OpDef, get_op
 from perfmodel.ops.base import DTYPE_BYTES
 from perfmodel.predictors import (EfficiencyRegressor, RooflineRegressor, ShapeRegressor,
                                   load_predictor, save_predictor)
-from perfmodel.store import ResultStore, write_json_atomic
+from perfmodel.plaindata import write_json_atomic
+from perfmodel.store import ResultStore
 
 #: Dtypes with their own compute-rate column in the roofline features.
 COMPUTE_DTYPES = ("float32", "bfloat16", "float16")

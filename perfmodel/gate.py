@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from perfmodel.store import write_json_atomic
+from perfmodel.plaindata import write_json_atomic
 
 BASELINE_SCHEMA = 1
 

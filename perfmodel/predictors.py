@@ -17,8 +17,6 @@ import hashlib
 import io
 import json
 import math
-import os
-import tempfile
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,6 +26,8 @@ import numpy as np
 from scipy.optimize import least_squares
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
+
+from perfmodel.plaindata import write_bytes_atomic
 
 __all__ = [
     "MIN_SECONDS",
@@ -758,20 +758,6 @@ def _predictor_paths(path_stem: Path | str) -> tuple[Path, Path]:
     return stem.with_name(stem.name + ".json"), stem.with_name(stem.name + ".npz")
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write bytes to a temp file beside ``path``, then os.replace it into place."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_predictor(pred, path_stem: Path | str) -> tuple[Path, Path]:
     """Write a fitted predictor to ``<stem>.json`` and ``<stem>.npz``; return both paths."""
     if type(pred) not in PREDICTOR_TYPES.values():
@@ -788,9 +774,8 @@ def save_predictor(pred, path_stem: Path | str) -> tuple[Path, Path]:
         "state": meta,
     }
     text = json.dumps(document, allow_nan=False, indent=2, sort_keys=True) + "\n"
-    npz_path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(npz_path, npz_bytes)
-    _atomic_write(json_path, text.encode("utf-8"))
+    write_bytes_atomic(npz_path, npz_bytes)
+    write_bytes_atomic(json_path, text.encode("utf-8"))
     return json_path, npz_path
 
 

@@ -177,12 +177,3 @@ def _validate(record: object, where: str) -> None:
             if typ is float else isinstance(value, typ) and not isinstance(value, bool)
         if not ok:
             raise ValueError(f"{where}: field {key!r} should be {typ.__name__}, got {value!r}")
-
-
-def write_json_atomic(path: Path, obj: object) -> None:
-    """Write ``obj`` as JSON to ``path`` via a temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n",
-                   encoding="utf-8")
-    os.replace(tmp, path)

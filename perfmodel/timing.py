@@ -12,9 +12,11 @@ import bisect
 import math
 import numbers
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any, Callable
+
+from perfmodel.plaindata import dataclass_from_dict
 
 #: Confidence level of the median CI used for adaptive stopping.
 CI_CONFIDENCE = 0.95
@@ -183,18 +185,9 @@ class Measurement:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Measurement":
         """Rebuild from `to_dict` output; ValueError names a missing, unknown or bad field."""
-        if not isinstance(d, dict):
-            raise ValueError(f"Measurement.from_dict expects a dict, got {type(d).__name__}")
-        names = [f.name for f in fields(cls)]
-        missing = [name for name in names if name not in d]
-        if missing:
-            raise ValueError(f"Measurement field(s) missing: {', '.join(missing)}")
-        unknown = sorted(set(d) - set(names))
-        if unknown:
-            raise ValueError(f"unknown Measurement field(s): {', '.join(unknown)}")
-        if not isinstance(d["samples_s"], (list, tuple)):
+        if isinstance(d, dict) and not isinstance(d.get("samples_s", []), (list, tuple)):
             raise ValueError(f"Measurement.samples_s must be a list, got {type(d['samples_s']).__name__}")
-        return cls(**{name: d[name] for name in names})
+        return dataclass_from_dict(cls, d)
 
     @classmethod
     def from_samples(
