@@ -56,8 +56,8 @@ class E2EResult:
                 "breakdown_s": self.breakdown_s, "env": env}
 
 
-def measure_iteration(step: Callable[[], object], items: int, warmup: int = 5, repeat: int = 15,
-                      number: int = 3, sync: Callable[[], object] = lambda: None,
+def measure_iteration(step: Callable[[], object], items: int, warmup: int = 10, repeat: int = 20,
+                      number: int = 5, sync: Callable[[], object] = lambda: None,
                       clock: Callable[[], float] = time.perf_counter) -> IterationTiming:
     """Time ``step`` (one training iteration over ``items`` samples)."""
     if repeat < 2 or number < 1:

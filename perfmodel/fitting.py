@@ -139,6 +139,7 @@ class FitReport:
     predictors: dict[tuple[str, str], OpPredictor] = field(default_factory=dict)
     accuracy: dict[tuple[str, str], OpAccuracy] = field(default_factory=dict)
     skipped: dict[tuple[str, str], str] = field(default_factory=dict)
+    data_runs: tuple[str, ...] = ()  # run ids of the measurements it was trained on
 
     def predictor(self, op: str, direction: str) -> OpPredictor:
         try:
@@ -272,8 +273,10 @@ def fit_predictors(records: Iterable[dict], device: DeviceSpec,
 INDEX_SCHEMA = 1
 
 
-def save_fit(report: FitReport, store: ResultStore, run_id: str) -> Path:
-    """Write the fitted predictors and their accuracy under ``predictors/<run_id>/``."""
+def save_fit(report: FitReport, store: ResultStore, run_id: str,
+             data_runs: Iterable[str] = ()) -> Path:
+    """Write the fitted predictors and their accuracy under ``predictors/<run_id>/``;
+    ``data_runs`` names the run files the fit was trained on."""
     folder = store.predictors_dir / run_id
     entries = []
     for (op, direction), predictor in sorted(report.predictors.items()):
@@ -282,7 +285,8 @@ def save_fit(report: FitReport, store: ResultStore, run_id: str) -> Path:
         entries.append({"op": op, "direction": direction, "kind": predictor.kind, "stem": stem,
                         "accuracy": asdict(report.accuracy[(op, direction)])})
     write_json_atomic(folder / "index.json", {"schema": INDEX_SCHEMA, "run_id": run_id,
-                                              "device_key": store.device_key, "entries": entries})
+                                              "device_key": store.device_key,
+                                              "data_runs": sorted(data_runs), "entries": entries})
     return folder
 
 
@@ -295,7 +299,10 @@ def load_fit(folder: Path) -> FitReport:
         raise ValueError(f"{index_path}: cannot read predictor index ({exc})") from None
     if not isinstance(index, dict) or index.get("schema") != INDEX_SCHEMA:
         raise ValueError(f"{index_path}: not a perfmodel predictor index of schema {INDEX_SCHEMA}")
-    report = FitReport()
+    runs = index.get("data_runs", [])
+    if not isinstance(runs, list) or not all(isinstance(r, str) for r in runs):
+        raise ValueError(f"{index_path}: 'data_runs' must be a list of run ids")
+    report = FitReport(data_runs=tuple(runs))
     for entry in index.get("entries", []):
         try:
             key = (entry["op"], entry["direction"])

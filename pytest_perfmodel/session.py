@@ -115,19 +115,27 @@ class PerfmodelSession:
         self._fit = None  # new data: refit before the next accuracy or e2e item
 
     def fit(self):
-        """Fit predictors on every stored measurement of this device (once per session
-        unless new measurements arrive); fall back to the newest stored fit."""
+        """Predictors fitted on every stored measurement of this device.
+
+        The newest stored fit is reused when it was trained on exactly the run
+        files present now (so repeated ``-m e2e`` runs predict with the same
+        model); otherwise, including after new measurements, it refits and
+        saves the fit. With no measurements at all the newest fit is used.
+        """
         if self._fit is None:
             from perfmodel.fitting import fit_predictors, load_latest_fit, save_fit
 
             loaded = self.store.load("measurement")
-            self.problems.extend(p for p in loaded.problems if p not in self.problems)
-            if loaded.records:
+            latest, problems = load_latest_fit(self.store)
+            for problem in loaded.problems + problems:
+                if problem not in self.problems:
+                    self.problems.append(problem)
+            runs = sorted({r["run_id"] for r in loaded.records})
+            if loaded.records and (latest is None or list(latest.data_runs) != runs):
                 self._fit = fit_predictors(loaded.records, self.device)
-                save_fit(self._fit, self.store, self.run_id)
+                save_fit(self._fit, self.store, self.run_id, runs)
             else:
-                self._fit, problems = load_latest_fit(self.store)
-                self.problems.extend(problems)
+                self._fit = latest
         return self._fit
 
     def check_accuracy(self, op: str, direction: str) -> None:

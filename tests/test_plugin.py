@@ -141,7 +141,10 @@ def test_markers_select_and_accuracy_reads_stored_data(pytester, planted_results
     out.assert_outcomes(passed=1, deselected=33)
     out.stdout.fnmatch_lines(["addmm.forward *32",
                               f"WARNING unreadable result data skipped: {bad}: line 1 is not JSON*"])
-    assert (results / key / "predictors").is_dir()
+    assert len(list((results / key / "predictors").iterdir())) == 1
+    # Same data, same fit: a second session reuses it instead of refitting.
+    run(pytester, results, "-m", "accuracy").assert_outcomes(passed=1, deselected=33)
+    assert len(list((results / key / "predictors").iterdir())) == 1
 
 
 def test_accuracy_threshold_failure_is_one_clear_line(pytester, planted_results):

@@ -1,0 +1,42 @@
+"""E2E measurement method and error, with a fake clock (no wall-clock asserts)."""
+
+import pytest
+
+from perfmodel.e2e import E2EResult, IterationTiming, measure_iteration
+
+
+class FakeClock:
+    """Each step advances time by the next planted duration (seconds)."""
+
+    def __init__(self, durations):
+        self.now = 0.0
+        self.durations = iter(durations)
+
+    def step(self):
+        self.now += next(self.durations)
+
+    def __call__(self):
+        return self.now
+
+
+def test_repeat_times_number_method():
+    warmup, repeat, number = 2, 3, 2
+    clock = FakeClock([9.0] * warmup + [1.0, 1.0, 2.0, 2.0, 3.0, 5.0])
+    timing = measure_iteration(clock.step, items=10, warmup=warmup, repeat=repeat,
+                               number=number, clock=clock)
+    # per-iteration block means: 1, 2, 4 -> median 2, sd 1.527...
+    assert timing.median_s == 2.0 and timing.repeat == 3 and timing.number == 2
+    assert timing.sd_s == pytest.approx(1.5275, rel=1e-3)
+    assert timing.items_per_s == 5.0
+
+
+def test_bad_repeat_is_rejected():
+    with pytest.raises(ValueError, match="repeat >= 2"):
+        measure_iteration(lambda: None, items=1, repeat=1)
+
+
+def test_error_is_relative_to_measured():
+    result = E2EResult("w", IterationTiming(0.2, 0.0, 5, 1, 1.0), predicted_s=0.15)
+    assert result.error == pytest.approx(0.25)
+    record = result.record({"device_key": "k"})
+    assert record["kind"] == "e2e" and record["error"] == pytest.approx(0.25)
