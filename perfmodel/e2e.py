@@ -56,7 +56,7 @@ class E2EResult:
                 "breakdown_s": self.breakdown_s, "env": env}
 
 
-def measure_iteration(step: Callable[[], object], items: int, warmup: int = 10, repeat: int = 20,
+def measure_iteration(step: Callable[[], object], items: int, warmup: int = 10, repeat: int = 30,
                       number: int = 5, sync: Callable[[], object] = lambda: None,
                       clock: Callable[[], float] = time.perf_counter) -> IterationTiming:
     """Time ``step`` (one training iteration over ``items`` samples)."""
