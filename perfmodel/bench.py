@@ -29,7 +29,7 @@ class TimerSettings:
     budget_s: float = 1.0
     warmup_s: float = 0.05
     min_samples: int = 5
-    cold_cache: bool = False
+    cold_cache: bool = False  # flush the L2 before each sample; CUDA only, ignored on CPUs
 
 
 def estimated_call_s(case: OpCase, spec: DeviceSpec) -> float:
@@ -57,7 +57,7 @@ def benchmark_case(case: OpCase, spec: DeviceSpec, device: str, settings: TimerS
         timer = Timer(runner, device=device, target_rel_ci=settings.target_rel_ci,
                       budget_s=settings.budget_s, warmup_s=settings.warmup_s,
                       min_samples=settings.min_samples,
-                      flush_l2_bytes=spec.l2_bytes if settings.cold_cache else 0)
+                      flush_l2_bytes=spec.l2_bytes if settings.cold_cache and spec.kind == "cuda" else 0)
         return [timer.measure() for _ in range(replicates)]
     except Exception as exc:  # classified below; anything else propagates
         reason = unsupported_reason(exc)

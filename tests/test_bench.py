@@ -1,0 +1,55 @@
+"""Running one case: replicates, skip reasons, records."""
+
+import pytest
+
+from perfmodel.bench import (CaseUnsupported, TimerSettings, benchmark_case, estimated_call_s,
+                             measurement_record, unsupported_reason)
+from perfmodel.ops import OpCase
+from tests.test_fitting import SPEC
+
+TINY = OpCase("addmm", "forward", "float32", (("M", 8), ("N", 8), ("K", 8)))
+HUGE = OpCase("addmm", "forward", "bfloat16", (("M", 4096), ("N", 4096), ("K", 4096)))
+
+
+def test_two_independent_replicates_and_their_records():
+    settings = TimerSettings(budget_s=0.01, warmup_s=0.001)
+    measurements = benchmark_case(TINY, SPEC, "cpu", settings, max_call_s=1.0)
+    assert len(measurements) == 2
+    records = [measurement_record(TINY, m, i, {"device_key": SPEC.key})
+               for i, m in enumerate(measurements)]
+    assert [r["replicate"] for r in records] == [0, 1]
+    assert records[0]["config"] == {"M": 8, "N": 8, "K": 8}
+    assert records[0]["measurement"]["median_s"] > 0
+
+
+def test_case_too_slow_for_the_profile_is_skipped_with_the_estimate():
+    # 2 * 4096^3 FLOP at the planted 2 GFLOP/s bf16 peak: about 69 s per call
+    assert estimated_call_s(HUGE, SPEC) == pytest.approx(2 * 4096 ** 3 / 2e9, rel=0.01)
+    with pytest.raises(CaseUnsupported, match=r"estimated 687\d\d ms per call on cpu-planted-2c .* 100 ms limit"):
+        benchmark_case(HUGE, SPEC, "cpu", TimerSettings(), max_call_s=0.1)
+
+
+class OutOfMemoryError(RuntimeError):
+    """Stands in for torch.OutOfMemoryError (matched by name, as torch's is)."""
+
+
+@pytest.mark.parametrize("exc, expected", [
+    (OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"), "out of memory"),
+    (RuntimeError('"addmm_impl_cpu_" not implemented for \'Half\''), "unsupported on this device"),
+    (RuntimeError("shape mismatch"), None),
+    (ValueError("not implemented for"), None),
+])
+def test_unsupported_reason(exc, expected):
+    reason = unsupported_reason(exc)
+    assert (reason is None) if expected is None else reason.startswith(expected)
+
+
+def test_injected_oom_becomes_a_skip_reason(monkeypatch):
+    from perfmodel.ops import gemm
+
+    def explode(*args, **kwargs):
+        raise OutOfMemoryError("out of memory")
+
+    monkeypatch.setattr(gemm.Addmm, "make_runner", explode)
+    with pytest.raises(CaseUnsupported, match="addmm-forward-float32-M8-N8-K8: out of memory"):
+        benchmark_case(TINY, SPEC, "cpu", TimerSettings())
