@@ -59,7 +59,8 @@ def features(kind: str, op: OpDef, direction: str, dtype: str,
     """Feature row of one config for predictor ``kind``.
 
     ``roofline``: FLOPs in the column of ``dtype`` (FLOP), then bytes moved (B).
-    ``shape``: the op's shape parameters, FLOPs, bytes and bytes per element.
+    ``shape``: the op's shape parameters, its extra features, FLOPs, bytes and
+    bytes per element.
     ``efficiency``: the roofline columns followed by the shape columns.
     """
     flops = op.flops(params, direction)
@@ -67,7 +68,9 @@ def features(kind: str, op: OpDef, direction: str, dtype: str,
     if kind == "roofline":
         return [flops if dtype == d else 0.0 for d in COMPUTE_DTYPES] + [moved]
     if kind == "shape":
-        return [float(params[p]) for p in op.params] + [flops, moved, float(DTYPE_BYTES[dtype])]
+        return [float(params[p]) for p in op.params] + \
+            op.extra_features(params, dtype, direction) + \
+            [flops, moved, float(DTYPE_BYTES[dtype])]
     if kind == "efficiency":
         return features("roofline", op, direction, dtype, params) + \
             features("shape", op, direction, dtype, params)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from perfmodel.ops import gemm
 from perfmodel.ops.base import DIRECTIONS, PROFILES, OpCase, OpDef, check_profile
-from perfmodel.ops.gemm import GEMM_OPS
 
-OPS: dict[str, OpDef] = {op.name: op for op in GEMM_OPS}
+#: One module per op family; each exports ``OPS``, a tuple of op definitions.
+FAMILY_MODULES = (gemm,)
+
+OPS: dict[str, OpDef] = {op.name: op for module in FAMILY_MODULES for op in module.OPS}
 
 
 def get_op(name: str) -> OpDef:

@@ -47,7 +47,8 @@ class OpDef:
         name: unique op name (``"addmm"``).
         family: op family (``"gemm"``).
         params: config parameter names, in feature order.
-        directions: the directions training runs (subset of ``DIRECTIONS``).
+        directions: the directions training runs (subset of ``DIRECTIONS``);
+            an optimizer step is its op's ``forward``.
         dtypes: dtypes benchmarked.
         trace_names: ATen op names that this op appears as in a trace.
     """
@@ -58,6 +59,8 @@ class OpDef:
     directions: tuple[str, ...] = ("forward",)
     dtypes: tuple[str, ...] = ("float32",)
     trace_names: tuple[str, ...] = ()
+    #: Names of :meth:`extra_features`, appended to the shape features.
+    extra_feature_names: tuple[str, ...] = ()
 
     # -- shape space -------------------------------------------------------
     def configs(self, profile: str) -> list[dict[str, int]]:
@@ -88,6 +91,12 @@ class OpDef:
     def bytes_moved(self, params: Mapping[str, int], dtype: str, direction: str) -> float:
         """Minimum bytes read and written by one call (B)."""
         raise NotImplementedError
+
+    def extra_features(self, params: Mapping[str, int], dtype: str,
+                       direction: str) -> list[float]:
+        """Features beyond the shape parameters (e.g. an index-reuse histogram),
+        one per name in ``extra_feature_names``; none by default."""
+        return []
 
     # -- trace mapping -----------------------------------------------------
     def params_from_shapes(self, input_shapes: Sequence[Sequence[int]]) -> dict[str, int] | None:

@@ -184,4 +184,4 @@ class Bmm(_Gemm):
         return {"BATCH": batch, "M": m, "N": n, "K": k}
 
 
-GEMM_OPS = (Addmm(), Linear(), Bmm())
+OPS = (Addmm(), Linear(), Bmm())
