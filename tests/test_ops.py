@@ -45,7 +45,7 @@ def test_work_is_monotone_in_every_dimension(name, data):
     op = get_op(name)
     params = {p: data.draw(dims, label=p) for p in op.params}
     grown = dict(params)
-    grown[data.draw(st.sampled_from(op.params))] *= 2
+    grown[data.draw(st.sampled_from(op.monotone_params or op.params))] *= 2
     for direction in op.directions:
         assert op.flops(grown, direction) > op.flops(params, direction)
         for dtype in op.dtypes:
@@ -61,8 +61,8 @@ def _shapes(name, p):
 
 
 @settings(max_examples=200, deadline=None)
-@given(name=st.sampled_from(sorted(OPS)), data=st.data())
-def test_trace_shapes_map_back_to_the_config(name, data):
+@given(name=st.sampled_from(["addmm", "linear", "bmm"]), data=st.data())
+def test_gemm_trace_shapes_map_back_to_the_config(name, data):
     op = get_op(name)
     params = {p: data.draw(dims, label=p) for p in op.params}
     assert op.params_from_shapes(_shapes(name, params)) == params

@@ -61,6 +61,9 @@ class OpDef:
     trace_names: tuple[str, ...] = ()
     #: Names of :meth:`extra_features`, appended to the shape features.
     extra_feature_names: tuple[str, ...] = ()
+    #: Params along which FLOPs and bytes never shrink (all of them unless a
+    #: subclass says otherwise, e.g. a conv's stride).
+    monotone_params: tuple[str, ...] | None = None
 
     # -- shape space -------------------------------------------------------
     def configs(self, profile: str) -> list[dict[str, int]]:

@@ -1,0 +1,3 @@
+"""attention op family (being written)."""
+
+OPS: tuple = ()

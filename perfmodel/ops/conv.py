@@ -1,0 +1,3 @@
+"""conv op family (being written)."""
+
+OPS: tuple = ()

@@ -1,0 +1,3 @@
+"""elementwise op family (being written)."""
+
+OPS: tuple = ()

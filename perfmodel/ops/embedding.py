@@ -1,0 +1,3 @@
+"""embedding op family (being written)."""
+
+OPS: tuple = ()

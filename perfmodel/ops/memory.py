@@ -1,0 +1,3 @@
+"""memory op family (being written)."""
+
+OPS: tuple = ()

@@ -1,0 +1,3 @@
+"""norm op family (being written)."""
+
+OPS: tuple = ()

@@ -1,0 +1,3 @@
+"""optim op family (being written)."""
+
+OPS: tuple = ()
