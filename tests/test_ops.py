@@ -18,7 +18,7 @@ def test_configs_are_valid_and_distinct(name, profile):
     for c in configs:
         assert set(c) == set(op.params) and all(isinstance(v, int) and v >= 1 for v in c.values())
         for direction in op.directions:
-            assert op.flops(c, direction) > 0
+            assert op.flops(c, direction) >= 0  # pure data movement has no FLOPs
             for dtype in op.dtypes:
                 assert op.bytes_moved(c, dtype, direction) > 0
 
@@ -47,7 +47,8 @@ def test_work_is_monotone_in_every_dimension(name, data):
     grown = dict(params)
     grown[data.draw(st.sampled_from(op.monotone_params or op.params))] *= 2
     for direction in op.directions:
-        assert op.flops(grown, direction) > op.flops(params, direction)
+        flops = op.flops(params, direction)
+        assert op.flops(grown, direction) > flops or op.flops(grown, direction) == flops == 0
         for dtype in op.dtypes:
             assert op.bytes_moved(grown, dtype, direction) > op.bytes_moved(params, dtype, direction)
 
