@@ -16,6 +16,10 @@ REPLICATES = 2
 #: than fp32 on a CPU, and a sweep should not wait on them.
 MAX_CALL_S = {"smoke": 0.02, "quick": 0.1, "full": 2.0}
 
+#: Sampling time budget per case and replicate (s): a sweep of all op families
+#: must fit its profile's wall-time target (smoke < 2 min, quick < 15 min).
+BUDGET_S = {"smoke": 0.1, "quick": 0.3, "full": 1.0}
+
 
 class CaseUnsupported(Exception):
     """The device cannot run this case (out of memory, dtype unsupported, ...)."""
@@ -27,7 +31,7 @@ class TimerSettings:
 
     target_rel_ci: float = 0.02
     budget_s: float = 1.0
-    warmup_s: float = 0.05
+    warmup_s: float = 0.02
     min_samples: int = 5
     cold_cache: bool = False  # flush the L2 before each sample; CUDA only, ignored on CPUs
 
@@ -73,8 +77,10 @@ def unsupported_reason(exc: BaseException) -> str | None:
         return f"out of memory ({text.splitlines()[0] if text else type(exc).__name__})"
     if isinstance(exc, (RuntimeError, NotImplementedError)) and (
             "not implemented for" in text or "Unsupported dtype" in text
-            or "does not support" in text):
+            or "does not support" in text or "unsupported on this device" in text):
         return f"unsupported on this device ({text.splitlines()[0]})"
+    if isinstance(exc, ImportError) or "FBGEMM missing" in text:
+        return f"library missing ({text.splitlines()[0] if text else type(exc).__name__})"
     return None
 
 

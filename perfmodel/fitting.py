@@ -36,6 +36,9 @@ TEST_FRACTION = 0.25
 EXTRAPOLATION_FRACTION = 0.2
 #: Fewest distinct configs needed to fit and score an op.
 MIN_CONFIGS = 4
+#: Fewest distinct configs for the learned (tree) predictors to be candidates;
+#: below it only the two-parameter-per-resource roofline is fitted.
+MIN_CONFIGS_FOR_ML = 16
 PREDICTOR_KINDS = ("roofline", "shape", "efficiency")
 
 
@@ -235,6 +238,8 @@ def fit_op(op_name: str, direction: str, samples: list[Sample], device: DeviceSp
     size = {k: op.flops(dict(k[1]), direction) for k in keys}
     ex_train_keys, ex_test_keys = extrapolation_split(keys, size.__getitem__)
     candidates: dict[str, dict[str, float]] = {}
+    if len(keys) < MIN_CONFIGS_FOR_ML:
+        kinds = [k for k in kinds if k == "roofline"] or list(kinds)[:1]
     for kind in kinds:
         pred, meas = _score(_fit(kind, op, direction, device, subset(train_keys)),
                             subset(test_keys))

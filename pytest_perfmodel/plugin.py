@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from perfmodel.bench import BUDGET_S
 from perfmodel.ops import PROFILES, cases_for, get_op
 from perfmodel.settings import SettingsError, load_settings
 from pytest_perfmodel.session import Options, PerfmodelSession, default_threads
@@ -38,7 +39,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--perfmodel-threads", type=int, default=None, metavar="N",
                     help="CPU threads torch is pinned to (default: the usable cores)")
     group.addoption("--perfmodel-budget", type=float, default=None, metavar="SECONDS",
-                    help="time budget per config and replicate (default: 0.3 smoke, 1.0 otherwise)")
+                    help="sampling budget per config and replicate "
+                         "(default: 0.1 smoke, 0.3 quick, 1.0 full)")
     group.addoption("--perfmodel-target-ci", type=float, default=0.02, metavar="FRACTION",
                     help="stop sampling when the 95%% CI of the median is within ±FRACTION")
     group.addoption("--perfmodel-cold-cache", action="store_true",
@@ -54,7 +56,7 @@ def pytest_configure(config: pytest.Config) -> None:
     threads = default_threads() if opt.perfmodel_threads is None else opt.perfmodel_threads
     if threads < 1:
         raise pytest.UsageError(f"--perfmodel-threads must be >= 1, got {threads}")
-    budget = opt.perfmodel_budget or (0.3 if opt.perfmodel_profile == "smoke" else 1.0)
+    budget = opt.perfmodel_budget or BUDGET_S[opt.perfmodel_profile]
     if budget <= 0 or not 0 < opt.perfmodel_target_ci < 1:
         raise pytest.UsageError("--perfmodel-budget must be > 0 and --perfmodel-target-ci in (0, 1)")
     if opt.perfmodel_device is not None:

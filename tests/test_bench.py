@@ -36,6 +36,8 @@ class OutOfMemoryError(RuntimeError):
 @pytest.mark.parametrize("exc, expected", [
     (OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"), "out of memory"),
     (RuntimeError('"addmm_impl_cpu_" not implemented for \'Half\''), "unsupported on this device"),
+    (RuntimeError("fused SGD unsupported on this device"), "unsupported on this device"),
+    (ImportError("FBGEMM missing: no module named fbgemm_gpu"), "library missing"),
     (RuntimeError("shape mismatch"), None),
     (ValueError("not implemented for"), None),
 ])

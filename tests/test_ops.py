@@ -16,7 +16,8 @@ def test_configs_are_valid_and_distinct(name, profile):
     keys = [tuple(c[p] for p in op.params) for c in configs]
     assert len(set(keys)) == len(keys)
     for c in configs:
-        assert set(c) == set(op.params) and all(isinstance(v, int) and v >= 1 for v in c.values())
+        assert set(c) == set(op.params) and all(isinstance(v, int) and v >= 0 for v in c.values())
+        assert all(c[p] >= 1 for p in (op.monotone_params or op.params))  # sizes
         for direction in op.directions:
             assert op.flops(c, direction) >= 0  # pure data movement has no FLOPs
             for dtype in op.dtypes:

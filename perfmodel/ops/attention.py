@@ -1,3 +1,118 @@
-"""attention op family (being written)."""
+"""Attention family: ``sdpa``, i.e. ``torch.nn.functional.scaled_dot_product_attention``
+(forward and backward) on self-attention inputs of shape B×H×S×DH."""
 
-OPS: tuple = ()
+from __future__ import annotations
+
+import random
+from functools import lru_cache
+
+from perfmodel.ops.base import DTYPE_BYTES, OpDef, check_profile, log_uniform_ints, torch_dtype
+
+#: Configs per profile and the largest forward FLOP count of one call.
+_CONFIGS = {"smoke": 4, "quick": 20, "full": 2000}
+_MAX_FLOPS = {"smoke": 2e7, "quick": 2e8, "full": 5e11}
+#: (low, high) per shape param, per profile.
+_RANGES = {
+    "smoke": {"B": (1, 2), "H": (1, 4), "S": (8, 128), "DH": (8, 64)},
+    "quick": {"B": (1, 8), "H": (1, 16), "S": (16, 1024), "DH": (16, 128)},
+    "full": {"B": (1, 64), "H": (1, 64), "S": (16, 16384), "DH": (16, 256)},
+}
+#: Head dims drawn (elements): the ones models use.
+_HEAD_DIMS = (8, 16, 32, 64, 80, 96, 128, 256)
+#: Backward FLOP over forward FLOP: the backward recomputes QKᵀ and runs four
+#: more matmuls of the same size (dV, dP, dQ, dK), 5 against the forward's 2.
+BACKWARD_FLOP_RATIO = 2.5
+
+
+class Sdpa(OpDef):
+    """``F.scaled_dot_product_attention(q, k, v, is_causal=CAUSAL)`` with q, k, v
+    all B×H×S×DH (no explicit mask, no dropout). ``CAUSAL`` is 0 or 1."""
+
+    name = "sdpa"
+    family = "attention"
+    params = ("B", "H", "S", "DH", "CAUSAL")
+    monotone_params = ("B", "H", "S", "DH")
+    directions = ("forward", "backward")
+    dtypes = ("float32", "bfloat16")
+    trace_names = ("aten::scaled_dot_product_attention",
+                   "aten::_scaled_dot_product_flash_attention_for_cpu",
+                   "aten::_scaled_dot_product_flash_attention",
+                   "aten::_scaled_dot_product_efficient_attention",
+                   "aten::_scaled_dot_product_cudnn_attention",
+                   "aten::_scaled_dot_product_attention_math")
+
+    def configs(self, profile):
+        check_profile(profile)
+        return [dict(c) for c in self._configs(profile)]
+
+    @lru_cache(maxsize=None)
+    def _configs(self, profile: str) -> tuple[tuple[tuple[str, int], ...], ...]:
+        """Distinct configs drawn log-uniformly (seeded), half of them causal."""
+        rng = random.Random(f"{self.name}-{profile}")
+        ranges = _RANGES[profile]
+        dims = [d for d in _HEAD_DIMS if ranges["DH"][0] <= d <= ranges["DH"][1]]
+        seen: set[tuple[tuple[str, int], ...]] = set()
+        for _ in range(_CONFIGS[profile] * 200):
+            cfg = {"B": log_uniform_ints(rng, *ranges["B"]),
+                   "H": log_uniform_ints(rng, *ranges["H"]),
+                   "S": log_uniform_ints(rng, *ranges["S"], multiple=8),
+                   "DH": rng.choice(dims), "CAUSAL": len(seen) % 2}
+            key = tuple((p, cfg[p]) for p in self.params)
+            if key in seen or self.flops(cfg, "forward") > _MAX_FLOPS[profile]:
+                continue
+            seen.add(key)
+            if len(seen) == _CONFIGS[profile]:
+                break
+        return tuple(sorted(seen, key=lambda k: self.flops(dict(k), "forward")))
+
+    def make_runner(self, params, dtype, direction, device):
+        import torch
+        import torch.nn.functional as F
+
+        t = dict(dtype=torch_dtype(dtype), device=device)
+        grad = direction == "backward"
+        shape = (params["B"], params["H"], params["S"], params["DH"])
+        q, k, v = (torch.randn(*shape, requires_grad=grad, **t) for _ in range(3))
+        causal = bool(params["CAUSAL"])
+        if not grad:
+            return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        grad_out = torch.randn_like(out)
+        return lambda: torch.autograd.grad(out, (q, k, v), grad_out, retain_graph=True)
+
+    def flops(self, params, direction):
+        """FLOP of the two matmuls: 4·B·H·S²·DH forward (QKᵀ and PV), halved
+        when causal (any nonzero CAUSAL); backward is ``BACKWARD_FLOP_RATIO``
+        (2.5) times that. Softmax FLOPs are not counted."""
+        b, h, s, dh = params["B"], params["H"], params["S"], params["DH"]
+        forward = 4.0 * b * h * s * s * dh / (2.0 if params["CAUSAL"] else 1.0)
+        return forward if direction == "forward" else BACKWARD_FLOP_RATIO * forward
+
+    def bytes_moved(self, params, dtype, direction):
+        """B of a fused (flash) kernel that never writes the S×S scores:
+        forward reads q, k, v and writes out and the fp32 logsumexp per row;
+        backward reads q, k, v, out, grad_out and the logsumexp and writes
+        grad_q, grad_k and grad_v. Independent of CAUSAL."""
+        b, h, s, dh = params["B"], params["H"], params["S"], params["DH"]
+        tensors = 4 if direction == "forward" else 8
+        return DTYPE_BYTES[dtype] * tensors * b * h * s * dh + 4.0 * b * h * s
+
+    def params_from_shapes(self, input_shapes):
+        """``B``, ``H``, ``S`` and ``DH`` from ``[q, k, v, attn_mask?, ...]``.
+
+        ``CAUSAL`` is a bool argument, absent from shapes, so it is *not* in
+        the result: the caller adds it from the node's concrete arguments.
+        None unless q, k and v are equal 4-D shapes (self-attention) with no
+        explicit mask.
+        """
+        if len(input_shapes) < 3:
+            return None
+        q, k, v = (list(s) for s in input_shapes[:3])
+        if len(q) != 4 or q != k or q != v or min(q) < 1:
+            return None
+        if len(input_shapes) > 3 and list(input_shapes[3]):
+            return None
+        return dict(zip(("B", "H", "S", "DH"), q))
+
+
+OPS = (Sdpa(),)

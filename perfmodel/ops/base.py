@@ -120,6 +120,25 @@ def log_uniform_ints(rng: random.Random, low: int, high: int, multiple: int = 1)
     return max(low, min(high, int(round(value / multiple)) * multiple))
 
 
+def random_configs(seed: str, params: Sequence[str], ranges: Mapping[str, tuple[int, int]],
+                    count: int, flops_of, max_flops: float) -> list[dict[str, int]]:
+    """``count`` distinct configs drawn log-uniformly (seeded), each under ``max_flops``."""
+    rng = random.Random(seed)
+    seen: set[tuple[int, ...]] = set()
+    out: list[dict[str, int]] = []
+    for _ in range(count * 50):
+        cfg = {p: log_uniform_ints(rng, *ranges[p], multiple=8 if ranges[p][0] >= 8 else 1)
+               for p in params}
+        key = tuple(cfg[p] for p in params)
+        if key in seen or flops_of(cfg) > max_flops:
+            continue
+        seen.add(key)
+        out.append(cfg)
+        if len(out) == count:
+            break
+    return out
+
+
 def torch_dtype(dtype: str):
     import torch
 

@@ -1,3 +1,209 @@
-"""conv op family (being written)."""
+"""Convolution family: ``conv2d`` and ``conv1d`` (forward and backward).
 
-OPS: tuple = ()
+Config params: ``N`` batch, ``C`` input channels, spatial size (``H``, ``W``
+or ``L``), ``K`` output channels, ``R`` kernel size (square for 2-D),
+``STRIDE``, ``PAD``, ``DIL`` (dilation) and ``GROUPS`` (``GROUPS == C == K``
+is a depthwise conv). Generated configs always have ``C`` and ``K``
+divisible by ``GROUPS`` and an output size of at least 1.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from functools import lru_cache
+from typing import Mapping
+
+from perfmodel.ops.base import DTYPE_BYTES, OpDef, check_profile, log_uniform_ints, torch_dtype
+
+#: Configs per profile and the largest forward FLOP count of one call.
+_CONFIGS = {"smoke": 4, "quick": 20, "full": 2000}
+_MAX_FLOPS = {"smoke": 2e6, "quick": 5e7, "full": 2e10}
+#: Largest channel count and spatial size drawn, per profile.
+_MAX_CHANNELS = {"smoke": 16, "quick": 256, "full": 2048}
+_MAX_BATCH = {"smoke": 2, "quick": 16, "full": 128}
+#: Kinds of conv cycled through, so every profile has dense, depthwise and grouped ones.
+_KINDS = ("dense", "depthwise", "grouped")
+
+
+def out_size(size: int, r: int, stride: int, pad: int, dil: int) -> int:
+    """Output length of one spatial dim (elements), clamped to at least 1 so
+    the work formulas accept any positive ints."""
+    return max(1, (size + 2 * pad - dil * (r - 1) - 1) // stride + 1)
+
+
+def _valid(cfg: Mapping[str, int], spatial: tuple[str, ...]) -> bool:
+    g = cfg["GROUPS"]
+    if cfg["C"] % g or cfg["K"] % g:
+        return False
+    return all(cfg[s] + 2 * cfg["PAD"] - cfg["DIL"] * (cfg["R"] - 1) - 1 >= 0 for s in spatial)
+
+
+class _Conv(OpDef):
+    family = "conv"
+    directions = ("forward", "backward")
+    dtypes = ("float32", "bfloat16")
+    #: Spatial param names, e.g. ``("H", "W")``.
+    spatial: tuple[str, ...] = ()
+    #: Largest spatial size drawn, per profile.
+    max_spatial: dict[str, int] = {}
+
+    # -- shape space -------------------------------------------------------
+    def configs(self, profile):
+        check_profile(profile)
+        return [dict(c) for c in self._configs(profile)]
+
+    @lru_cache(maxsize=None)
+    def _configs(self, profile: str) -> tuple[tuple[tuple[str, int], ...], ...]:
+        rng = random.Random(f"{self.name}-{profile}")
+        seen: set[tuple[tuple[str, int], ...]] = set()
+        count = _CONFIGS[profile]
+        for attempt in range(count * 200):
+            cfg = self._draw(rng, profile, _KINDS[len(seen) % len(_KINDS)])
+            key = tuple((p, cfg[p]) for p in self.params)
+            if key in seen or not _valid(cfg, self.spatial) or \
+                    self.flops(cfg, "forward") > _MAX_FLOPS[profile]:
+                continue
+            seen.add(key)
+            if len(seen) == count:
+                break
+        return tuple(sorted(seen, key=lambda k: self.flops(dict(k), "forward")))
+
+    def _draw(self, rng: random.Random, profile: str, kind: str) -> dict[str, int]:
+        """One candidate config of ``kind`` (dense, depthwise or grouped)."""
+        top = _MAX_CHANNELS[profile]
+        if kind == "depthwise":
+            c = k = g = log_uniform_ints(rng, 1, top)
+        elif kind == "grouped":
+            g = rng.choice((2, 4, 8))
+            c = g * log_uniform_ints(rng, 1, max(1, top // g))
+            k = g * log_uniform_ints(rng, 1, max(1, top // g))
+        else:
+            g, c, k = 1, log_uniform_ints(rng, 1, top), log_uniform_ints(rng, 1, top)
+        r = rng.choice((1, 3, 3, 5, 7))
+        dil = rng.choice((1, 1, 1, 2))
+        cfg = {"N": log_uniform_ints(rng, 1, _MAX_BATCH[profile]), "C": c, "K": k, "R": r,
+               "STRIDE": rng.choice((1, 1, 2)), "PAD": rng.choice((0, dil * (r // 2))),
+               "DIL": dil, "GROUPS": g}
+        for s in self.spatial:
+            cfg[s] = log_uniform_ints(rng, 2, self.max_spatial[profile])
+        return cfg
+
+    # -- running -----------------------------------------------------------
+    def make_runner(self, params, dtype, direction, device):
+        import torch
+
+        t = dict(dtype=torch_dtype(dtype), device=device)
+        grad = direction == "backward"
+        p = params
+        x = torch.randn(p["N"], p["C"], *(p[s] for s in self.spatial), requires_grad=grad, **t)
+        w = torch.randn(p["K"], p["C"] // p["GROUPS"], *(p["R"] for _ in self.spatial),
+                        requires_grad=grad, **t)
+        b = torch.randn(p["K"], requires_grad=grad, **t)
+        conv = torch.nn.functional.conv2d if len(self.spatial) == 2 else torch.nn.functional.conv1d
+        kw = dict(stride=p["STRIDE"], padding=p["PAD"], dilation=p["DIL"], groups=p["GROUPS"])
+        if not grad:
+            return lambda: conv(x, w, b, **kw)
+        out = conv(x, w, b, **kw)
+        grad_out = torch.randn_like(out)
+        return lambda: torch.autograd.grad(out, (x, w, b), grad_out, retain_graph=True)
+
+    # -- analytic work -----------------------------------------------------
+    def _sizes(self, p: Mapping[str, int]) -> tuple[float, float, float, float]:
+        """(input, weight, output elements, multiply-accumulates) of one call.
+
+        Channels per group are ``C / GROUPS`` as a real number, so any positive
+        ints are accepted; the output size per dim is clamped to at least 1.
+        """
+        outs = math.prod(out_size(p[s], p["R"], p["STRIDE"], p["PAD"], p["DIL"])
+                         for s in self.spatial)
+        c_per_group = p["C"] / p["GROUPS"]
+        kernel = p["R"] ** len(self.spatial)
+        inp = float(p["N"] * p["C"] * math.prod(p[s] for s in self.spatial))
+        weight = p["K"] * c_per_group * kernel
+        out = float(p["N"] * p["K"] * outs)
+        return inp, weight, out, out * c_per_group * kernel
+
+    def flops(self, params, direction):
+        """FLOP of one call: 2 per multiply-accumulate (forward: the conv;
+        backward: grad_input and grad_weight, each as large as the forward),
+        1 per output element for the bias (its sum in backward), and 1 per
+        input element for reading/laying out the input. The last is tiny for
+        real convs but keeps the count strictly growing in the spatial size
+        when a large stride pins the output size."""
+        inp, _, out, macs = self._sizes(params)
+        return (2.0 if direction == "forward" else 4.0) * macs + out + inp
+
+    def bytes_moved(self, params, dtype, direction):
+        """Bytes of one call, each tensor touched once. Forward reads input,
+        weight and bias and writes the output; backward reads grad_output,
+        input and weight and writes grad_input, grad_weight and grad_bias."""
+        inp, weight, out, _ = self._sizes(params)
+        k = params["K"]
+        if direction == "forward":
+            elements = inp + weight + k + out
+        else:
+            elements = out + 2 * inp + 2 * weight + k
+        return DTYPE_BYTES[dtype] * elements
+
+    # -- trace mapping -----------------------------------------------------
+    def params_from_shapes(self, input_shapes):
+        """Params the shapes ``[input, weight, bias?, ...]`` determine: ``N``,
+        ``C``, spatial sizes, ``K``, ``R`` and ``GROUPS`` (``C / weight[1]``).
+
+        ``STRIDE``, ``PAD`` and ``DIL`` are scalar arguments, absent from
+        shapes, so they are *not* in the result: the caller must add them from
+        the node's concrete arguments. ``None`` for another rank, a
+        non-square kernel or inconsistent channel counts.
+        """
+        rank = len(self.spatial) + 2
+        if len(input_shapes) < 2:
+            return None
+        x, w = list(input_shapes[0]), list(input_shapes[1])
+        if len(x) != rank or len(w) != rank or min(x + w) < 1:
+            return None
+        kernel = w[2:]
+        if any(r != kernel[0] for r in kernel):
+            return None
+        n, c, k, c_per_group = x[0], x[1], w[0], w[1]
+        if c % c_per_group:
+            return None
+        groups = c // c_per_group
+        if k % groups:
+            return None
+        if len(input_shapes) > 2 and list(input_shapes[2]) not in ([], [k]):
+            return None
+        out = {"N": n, "C": c, "K": k, "R": kernel[0], "GROUPS": groups}
+        out.update(zip(self.spatial, x[2:]))
+        return out
+
+
+class Conv2d(_Conv):
+    """``torch.nn.functional.conv2d`` on an N×C×H×W input with a K×(C/GROUPS)×R×R weight."""
+
+    name = "conv2d"
+    params = ("N", "C", "H", "W", "K", "R", "STRIDE", "PAD", "DIL", "GROUPS")
+    #: R is not monotone: with a fixed PAD a larger kernel shrinks the output.
+    monotone_params = ("N", "C", "H", "W", "K")
+    spatial = ("H", "W")
+    max_spatial = {"smoke": 12, "quick": 112, "full": 512}
+    trace_names = ("aten::conv2d", "aten::convolution", "aten::_convolution",
+                   "aten::mkldnn_convolution", "aten::cudnn_convolution",
+                   "aten::convolution_backward")
+
+
+class Conv1d(_Conv):
+    """``torch.nn.functional.conv1d`` on an N×C×L input with a K×(C/GROUPS)×R weight."""
+
+    name = "conv1d"
+    params = ("N", "C", "L", "K", "R", "STRIDE", "PAD", "DIL", "GROUPS")
+    #: R is not monotone: with a fixed PAD a larger kernel shrinks the output.
+    monotone_params = ("N", "C", "L", "K")
+    spatial = ("L",)
+    max_spatial = {"smoke": 64, "quick": 4096, "full": 16384}
+    trace_names = ("aten::conv1d", "aten::convolution", "aten::_convolution",
+                   "aten::mkldnn_convolution", "aten::cudnn_convolution",
+                   "aten::convolution_backward")
+
+
+OPS = (Conv2d(), Conv1d())

@@ -1,3 +1,189 @@
-"""elementwise op family (being written)."""
+"""Elementwise family: activations, softmax, binary ops, last-dim reductions and losses.
 
-OPS: tuple = ()
+Every op is one :class:`Elementwise` built from a row of ``_TABLE``: its torch
+function, FLOPs per element and tensors read/written per element (forward and
+backward). Work is counted per element of the ``ROWS×COLS`` input (``BATCH×CLASSES``
+for ``cross_entropy``); scalar outputs and other per-row terms are added on top.
+
+The ``smoke`` profile runs float32 only: it checks the pipeline on a 2-core CI
+machine; ``quick`` and ``full`` run every dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from perfmodel.ops.base import DTYPE_BYTES, OpDef, check_profile, torch_dtype
+from perfmodel.ops.base import random_configs
+
+#: Random configs per profile, and the most input elements of one call.
+_CONFIGS = {"smoke": 4, "quick": 12, "full": 1000}
+_MAX_ELEMS = {"smoke": 1 << 16, "quick": 1 << 22, "full": 1 << 26}
+#: Bytes of an int64 class index (``cross_entropy`` targets).
+_INDEX_BYTES = 8
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """Work of one op; ``fwd``/``bwd`` are (FLOPs, tensors read, tensors written)
+    per input element, ``per_row`` (FLOPs, tensors) per row, in both directions
+    (e.g. a reduction's output row, a cross-entropy target). ``bwd`` is ``None``
+    when autograd runs no kernel for the backward: ``add`` passes the gradient
+    through and ``sum``'s gradient is an ``expand`` view.
+    ``build`` says how inputs are made (see :meth:`Elementwise.make_runner`).
+    """
+
+    build: str
+    fwd: tuple[int, int, int]
+    bwd: tuple[int, int, int] | None
+    per_row: tuple[int, int] = (0, 0)
+    trace_names: tuple[str, ...] = ()
+
+
+#: The family. Unary backward reads grad_out and x (or y), writes grad_in.
+_TABLE = {
+    "relu": _Kind("unary", (1, 1, 1), (1, 2, 1), trace_names=("aten::relu",)),
+    "gelu": _Kind("unary", (8, 1, 1), (12, 2, 1), trace_names=("aten::gelu",)),
+    "sigmoid": _Kind("unary", (4, 1, 1), (3, 2, 1), trace_names=("aten::sigmoid",)),
+    "tanh": _Kind("unary", (4, 1, 1), (3, 2, 1), trace_names=("aten::tanh",)),
+    # max, subtract, exp, sum, divide; backward y * (g - sum(g * y)).
+    "softmax": _Kind("unary", (5, 1, 1), (4, 2, 1),
+                     trace_names=("aten::softmax", "aten::_softmax")),
+    "add": _Kind("binary", (1, 2, 1), None, trace_names=("aten::add",)),
+    # backward: grad_a = g * b, grad_b = g * a.
+    "mul": _Kind("binary", (1, 2, 1), (2, 3, 2), trace_names=("aten::mul",)),
+    "sum": _Kind("unary", (1, 1, 0), None, (0, 1), trace_names=("aten::sum",)),
+    # backward: grad.expand(...) / COLS, materialised.
+    "mean": _Kind("unary", (1, 1, 0), (1, 0, 1), (1, 1), trace_names=("aten::mean",)),
+    # (x - t)^2 averaged to a scalar; backward 2 (x - t) g / n.
+    "mse_loss": _Kind("loss", (3, 2, 0), (3, 2, 1), trace_names=("aten::mse_loss",)),
+    # input must lie in (0, 1): made with a sigmoid.
+    "binary_cross_entropy": _Kind("prob_loss", (7, 2, 0), (6, 2, 1),
+                                  trace_names=("aten::binary_cross_entropy",)),
+    "binary_cross_entropy_with_logits": _Kind(
+        "loss", (8, 2, 0), (6, 2, 1), trace_names=("aten::binary_cross_entropy_with_logits",)),
+    # log_softmax (writes its output) then an nll gather per row of an int64
+    # target; backward: nll scatter plus the log_softmax backward.
+    "cross_entropy": _Kind("class_loss", (5, 1, 1), (4, 2, 1), (1, 1),
+                           trace_names=("aten::cross_entropy_loss",)),
+}
+
+
+def _function(name: str) -> Callable:
+    """The torch callable of op ``name``; reductions and softmax over the last dim."""
+    import torch
+    import torch.nn.functional as F
+
+    return {
+        "relu": torch.relu, "gelu": F.gelu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+        "softmax": lambda x: torch.softmax(x, dim=-1), "add": torch.add, "mul": torch.mul,
+        "sum": lambda x: torch.sum(x, dim=-1), "mean": lambda x: torch.mean(x, dim=-1),
+        "mse_loss": F.mse_loss, "binary_cross_entropy": F.binary_cross_entropy,
+        "binary_cross_entropy_with_logits": F.binary_cross_entropy_with_logits,
+        "cross_entropy": F.cross_entropy,
+    }[name]
+
+
+class Elementwise(OpDef):
+    """One op of ``_TABLE`` over a ``ROWS×COLS`` input (``BATCH×CLASSES`` for
+    ``cross_entropy``); reductions, softmax and losses work along the last dim,
+    losses with ``reduction="mean"``."""
+
+    family = "elementwise"
+    dtypes = ("float32", "bfloat16")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.kind = _TABLE[name]
+        self.params = ("BATCH", "CLASSES") if name == "cross_entropy" else ("ROWS", "COLS")
+        self.directions = ("forward",) if self.kind.bwd is None else ("forward", "backward")
+        self.trace_names = self.kind.trace_names
+        self._ranges = {self.params[0]: (1, 16384), self.params[1]: (8, 16384)}
+
+    def _rows_cols(self, params) -> tuple[int, int]:
+        return int(params[self.params[0]]), int(params[self.params[1]])
+
+    # -- shape space -------------------------------------------------------
+    def configs(self, profile):
+        check_profile(profile)
+        ranges = {p: (lo, min(hi, 1024)) for p, (lo, hi) in self._ranges.items()} \
+            if profile == "smoke" else self._ranges
+        return random_configs(f"{self.name}-{profile}", self.params, ranges, _CONFIGS[profile],
+                               lambda c: math.prod(self._rows_cols(c)), _MAX_ELEMS[profile])
+
+    def cases(self, profile):
+        """As :meth:`OpDef.cases`; ``smoke`` keeps float32 only (a pipeline check)."""
+        cases = super().cases(profile)
+        return [c for c in cases if c.dtype == "float32"] if profile == "smoke" else cases
+
+    # -- running -----------------------------------------------------------
+    def make_runner(self, params, dtype, direction, device):
+        import torch
+
+        fn = _function(self.name)
+        t = dict(dtype=torch_dtype(dtype), device=device)
+        rows, cols = self._rows_cols(params)
+        grad = direction == "backward"
+        x = torch.randn(rows, cols, **t)
+        if self.kind.build == "prob_loss":
+            x = torch.sigmoid(x)
+        x.requires_grad_(grad)
+        if self.kind.build == "binary":
+            inputs = (x, torch.randn(rows, cols, requires_grad=grad, **t))
+        elif self.kind.build in ("loss", "prob_loss"):
+            inputs = (x, torch.rand(rows, cols, **t))  # targets in [0, 1), no grad
+        elif self.kind.build == "class_loss":
+            inputs = (x, torch.randint(0, cols, (rows,), device=device))
+        else:
+            inputs = (x,)
+        if not grad:
+            return lambda: fn(*inputs)
+        wrt = tuple(i for i in inputs if i.requires_grad)
+        out = fn(*inputs)
+        grad_out = torch.randn_like(out)
+        return lambda: torch.autograd.grad(out, wrt, grad_out, retain_graph=True)
+
+    # -- analytic work -----------------------------------------------------
+    def _work(self, direction) -> tuple[int, int, int]:
+        work = self.kind.fwd if direction == "forward" else self.kind.bwd
+        if work is None:
+            raise ValueError(f"{self.name} has no {direction} kernel")
+        return work
+
+    def flops(self, params, direction):
+        """FLOPs per element × elements, plus per-row FLOPs (FLOP)."""
+        rows, cols = self._rows_cols(params)
+        return float(self._work(direction)[0] * rows * cols + self.kind.per_row[0] * rows)
+
+    def bytes_moved(self, params, dtype, direction):
+        """(Tensors read + written) × elements, per-row tensors and a scalar
+        output, in ``dtype``; int64 class targets at 8 B each (B)."""
+        _, reads, writes = self._work(direction)
+        rows, cols = self._rows_cols(params)
+        elements = (reads + writes) * rows * cols + self.kind.per_row[1] * rows + 1
+        targets = _INDEX_BYTES * rows if self.kind.build == "class_loss" else 0
+        return float(DTYPE_BYTES[dtype] * elements + targets)
+
+    # -- trace mapping -----------------------------------------------------
+    def params_from_shapes(self, input_shapes):
+        """Rows are the product of the first input's leading dims, columns its
+        last dim. Binary ops and losses need a second input of the same shape
+        (no broadcasting), ``cross_entropy`` a 2-D input and a 1-D target."""
+        shapes = [list(s) for s in input_shapes if isinstance(s, (list, tuple))]
+        if not shapes or not shapes[0] or not all(isinstance(d, int) for d in shapes[0]):
+            return None
+        first = shapes[0]
+        rows, cols = math.prod(first[:-1]), first[-1]
+        build = self.kind.build
+        if build in ("binary", "loss", "prob_loss") and (len(shapes) < 2 or shapes[1] != first):
+            return None
+        if build == "class_loss" and (len(first) != 2 or len(shapes) < 2 or shapes[1] != [rows]):
+            return None
+        if rows < 1 or cols < 1:
+            return None
+        return {self.params[0]: rows, self.params[1]: cols}
+
+
+OPS = tuple(Elementwise(name) for name in _TABLE)

@@ -1,3 +1,398 @@
-"""embedding op family (being written)."""
+"""Embedding family: ``embedding_bag_sum``, ``embedding_bag_mean`` (torch
+``F.embedding_bag``) and FBGEMM's table-batched embedding ``tbe_sgd`` and
+``tbe_rowwise_adagrad`` (``SplitTableBatchedEmbeddingBagsCodegen``).
 
-OPS: tuple = ()
+Every op shares the params ``B`` (batch), ``E`` (rows per table), ``T``
+(tables), ``L`` (pooling factor: indices per bag), ``D`` (embedding dim) and
+``ZIPF``, the index distribution: 1 (or 0) is uniform over the E rows,
+otherwise rows are drawn with probability ∝ rank^-(ZIPF/100) (105 means a Zipf
+exponent of 1.05). Uniform is coded 1, not 0, because every config param is a
+positive int (an exponent of 0.01 would be indistinguishable from uniform). Indices are generated deterministically per table from the config
+(:func:`table_indices`), so the benchmark and the reuse-histogram features see
+the same accesses.
+
+Work model (fp32 rows, int64 indices and offsets; U = expected distinct rows
+touched per table, :func:`expected_unique_rows`):
+
+- forward reads B·T·L rows of D floats, the B·T·L indices and B·T+1 offsets,
+  and writes B·T·D outputs; one add per gathered element (B·T·L·D FLOP, mean
+  adds B·T·D divides).
+- ``embedding_bag`` backward (autograd, dense gradient) reads the B·T·D output
+  gradient, indices and offsets, and writes the dense T·E·D weight gradient;
+  B·T·L·D accumulate FLOP.
+- TBE backward with exact SGD reads the output gradient, indices and offsets,
+  and read-modify-writes the U·T touched rows (B·T·L·D + 2·U·T·D FLOP).
+- TBE backward with exact row-wise Adagrad also read-modify-writes one fp32
+  state per touched row (B·T·L·D + U·T·(4·D + 3) FLOP).
+
+E does not change the work of a lookup, so ``monotone_params`` is B, T, L, D.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from functools import lru_cache
+from typing import Mapping
+
+import numpy as np
+
+from perfmodel.ops.base import DTYPE_BYTES, OpDef, check_profile, log_uniform_ints
+
+PARAMS = ("B", "E", "T", "L", "D", "ZIPF")
+#: Distribution code of uniform indices.
+UNIFORM = 1
+#: Bytes of one index or offset (the runners use int64).
+INDEX_BYTES = 8
+#: Power-of-two bins of the reuse histogram: 1, 2-3, 4-7, ..., >= 128 accesses.
+REUSE_BINS = 8
+REUSE_FEATURE_NAMES = tuple(
+    f"reuse_{2 ** k}_{2 ** (k + 1) - 1}" if k < REUSE_BINS - 1 else f"reuse_{2 ** k}_up"
+    for k in range(REUSE_BINS))
+#: Tables whose indices the reuse histogram is averaged over (tables are i.i.d.).
+REUSE_TABLES = 4
+#: Largest weight footprint E·T·D·4 of any config (B); keeps ``full`` under ~1 GB.
+MAX_WEIGHT_BYTES = {"smoke": 4 << 20, "quick": 64 << 20, "full": 1 << 30}
+#: Largest forward bytes moved of one call (B), keeping profiles inside their time.
+MAX_FORWARD_BYTES = {"smoke": 4e6, "quick": 1.5e8, "full": 4e9}
+_CONFIGS = {"smoke": 4, "quick": 12}
+_RANGES = {
+    "smoke": {"B": (8, 128), "E": (64, 4096), "T": (1, 4), "L": (1, 32), "D": (4, 64)},
+    "quick": {"B": (16, 1024), "E": (256, 200_000), "T": (1, 16), "L": (1, 64), "D": (4, 256)},
+}
+_ZIPF_CODES = {"smoke": (UNIFORM, 105), "quick": (UNIFORM, 80, 105, 120)}
+_FULL_AXES = {
+    "B": (64, 256, 1024, 4096, 16384),
+    "E": (1_000, 10_000, 100_000, 1_000_000, 4_000_000),
+    "T": (1, 4, 16, 64),
+    "L": (1, 8, 32, 128),
+    "D": (16, 64, 128, 256),
+    "ZIPF": (UNIFORM, 105),
+}
+
+
+# ---------------------------------------------------------------- index generation
+
+
+def zipf_alpha(code: int) -> float:
+    """Zipf exponent of a distribution code (codes <= ``UNIFORM`` mean uniform: 0)."""
+    return 0.0 if code <= UNIFORM else code / 100.0
+
+
+@lru_cache(maxsize=16)
+def _zipf_cdf(rows: int, code: int) -> np.ndarray:
+    """Cumulative probability of ranks 1..rows under rank^-alpha (float64)."""
+    weights = np.arange(1, rows + 1, dtype=np.float64) ** -zipf_alpha(code)
+    cdf = np.cumsum(weights)
+    return cdf / cdf[-1]
+
+
+def _scatter_multiplier(rows: int) -> int:
+    """A multiplier coprime with ``rows`` that spreads hot ranks over the table."""
+    for candidate in (2654435761, 2246822519, 3266489917, 668265263, 374761393):
+        a = candidate % rows
+        if a > 1 and math.gcd(a, rows) == 1:
+            return a
+    return 1
+
+
+def table_indices(params: Mapping[str, int], table: int) -> np.ndarray:
+    """Row indices (int64, in [0, E)) of the B·L lookups into ``table``, bag-major.
+
+    Seeded by the config and the table number, so every op and every call sees
+    the same indices. Zipf ranks are mapped to rows by an affine permutation,
+    so hot rows are spread over the table rather than adjacent.
+    """
+    b, e, l, code = (int(params[p]) for p in ("B", "E", "L", "ZIPF"))
+    rng = np.random.default_rng([int(params[p]) for p in PARAMS] + [table])
+    n = b * l
+    if code <= UNIFORM or e == 1:
+        return rng.integers(0, e, size=n, dtype=np.int64)
+    ranks = np.searchsorted(_zipf_cdf(e, code), rng.random(n), side="right")
+    ranks = np.minimum(ranks, e - 1).astype(np.int64)
+    shift = int(rng.integers(0, e))
+    return (ranks * _scatter_multiplier(e) + shift) % e
+
+
+def all_indices(params: Mapping[str, int]) -> np.ndarray:
+    """Indices of every table, table-major (T·B·L int64, each in [0, E))."""
+    return np.concatenate([table_indices(params, t) for t in range(int(params["T"]))])
+
+
+@lru_cache(maxsize=4096)
+def _reuse_histogram(key: tuple[int, ...]) -> tuple[float, ...]:
+    params = dict(zip(PARAMS, key))
+    hist = np.zeros(REUSE_BINS)
+    tables = min(int(params["T"]), REUSE_TABLES)
+    for t in range(tables):
+        _, counts = np.unique(table_indices(params, t), return_counts=True)
+        bins = np.minimum(np.floor(np.log2(counts)).astype(np.int64), REUSE_BINS - 1)
+        hist += np.bincount(bins, weights=counts, minlength=REUSE_BINS) / counts.sum()
+    return tuple(float(x) for x in hist / tables)
+
+
+def reuse_histogram(params: Mapping[str, int]) -> list[float]:
+    """Fraction of accesses whose row is accessed 1, 2-3, 4-7, ... (≥128) times in
+    its table; averaged over the first ``REUSE_TABLES`` tables; sums to 1."""
+    return list(_reuse_histogram(tuple(int(params[p]) for p in PARAMS)))
+
+
+@lru_cache(maxsize=4096)
+def expected_unique_rows(rows: int, code: int, accesses: int) -> float:
+    """Expected distinct rows touched by ``accesses`` draws over ``rows`` rows.
+
+    Uniform: E·(1 - (1 - 1/E)^N). Zipf: Σ_r 1 - (1 - p_r)^N, with ranks
+    beyond 1024 grouped into geometric buckets whose mass is integrated.
+    """
+    rows, accesses = max(int(rows), 1), max(int(accesses), 0)
+    if accesses == 0:
+        return 0.0
+    if rows == 1:
+        return 1.0
+    if code <= UNIFORM:
+        return rows * -math.expm1(accesses * math.log1p(-1.0 / rows))
+    alpha = zipf_alpha(code)
+    exact = min(rows, 1024)
+    counts = [np.ones(exact)]
+    masses = [np.arange(1, exact + 1, dtype=np.float64) ** -alpha]
+    if rows > exact:
+        edges = np.unique(np.geomspace(exact + 1, rows + 1, 512).astype(np.int64))
+        edges[0], edges[-1] = exact + 1, rows + 1
+        lo, hi = edges[:-1] - 0.5, edges[1:] - 0.5
+        if abs(alpha - 1.0) < 1e-12:
+            mass = np.log(hi / lo)
+        else:
+            mass = (hi ** (1 - alpha) - lo ** (1 - alpha)) / (1 - alpha)
+        counts.append(np.diff(edges).astype(np.float64))
+        masses.append(mass)
+    count, mass = np.concatenate(counts), np.concatenate(masses)
+    p = np.minimum(mass / mass.sum() / count, 1.0)
+    with np.errstate(divide="ignore"):
+        touched = -np.expm1(accesses * np.log1p(-p))
+    return float(np.sum(count * touched))
+
+
+# ---------------------------------------------------------------- config generation
+
+
+def _dims(params: Mapping[str, int]) -> tuple[int, int, int, int, int, int]:
+    return tuple(int(params[p]) for p in PARAMS)
+
+
+def _weight_bytes(params: Mapping[str, int]) -> int:
+    _, e, t, _, d, _ = _dims(params)
+    return e * t * d * 4
+
+
+def _forward_bytes(params: Mapping[str, int]) -> float:
+    b, _, t, l, d, _ = _dims(params)
+    return 4.0 * (b * t * l * d + b * t * d) + INDEX_BYTES * (b * t * l + b * t + 1)
+
+
+def _fits(params: Mapping[str, int], profile: str) -> bool:
+    return _weight_bytes(params) <= MAX_WEIGHT_BYTES[profile] and \
+        _forward_bytes(params) <= MAX_FORWARD_BYTES[profile]
+
+
+def embedding_configs(profile: str) -> list[dict[str, int]]:
+    """The configs of ``profile`` shared by every embedding op (deterministic)."""
+    check_profile(profile)
+    if profile == "full":
+        grid = (dict(zip(PARAMS, values)) for values in
+                itertools.product(*(_FULL_AXES[p] for p in PARAMS)))
+        return [c for c in grid if _fits(c, "full")]
+    rng = random.Random(f"embedding-{profile}")
+    seen: set[tuple[int, ...]] = set()
+    out: list[dict[str, int]] = []
+    for _ in range(_CONFIGS[profile] * 200):
+        cfg = {p: log_uniform_ints(rng, low, high, multiple=4 if p == "D" else 1)
+               for p, (low, high) in _RANGES[profile].items()}
+        cfg["ZIPF"] = _ZIPF_CODES[profile][len(out) % len(_ZIPF_CODES[profile])]
+        key = _dims(cfg)
+        if key in seen or not _fits(cfg, profile):
+            continue
+        seen.add(key)
+        out.append({p: cfg[p] for p in PARAMS})
+        if len(out) == _CONFIGS[profile]:
+            break
+    return out
+
+
+# ---------------------------------------------------------------- op definitions
+
+
+class _Embedding(OpDef):
+    family = "embedding"
+    params = PARAMS
+    dtypes = ("float32",)
+    directions = ("forward", "backward")
+    extra_feature_names = REUSE_FEATURE_NAMES
+    monotone_params = ("B", "T", "L", "D")
+
+    def configs(self, profile):
+        return embedding_configs(profile)
+
+    def extra_features(self, params, dtype, direction):
+        return reuse_histogram(params)
+
+    def _unique_rows(self, params) -> float:
+        """Expected distinct rows touched, summed over the tables."""
+        b, e, t, l, _, code = _dims(params)
+        return t * expected_unique_rows(e, code, b * l)
+
+    def _index_bytes(self, params) -> float:
+        b, _, t, l, _, _ = _dims(params)
+        return INDEX_BYTES * (b * t * l + b * t + 1)
+
+    def flops(self, params, direction):
+        b, _, t, l, d, _ = _dims(params)
+        return float(b * t * l * d)
+
+    def bytes_moved(self, params, dtype, direction):
+        return _forward_bytes(params) * DTYPE_BYTES[dtype] / 4
+
+
+class _EmbeddingBag(_Embedding):
+    """``F.embedding_bag`` over one (T·E)×D weight: table t's rows start at
+    t·E, bag (t, b) is bag t·B + b of L indices, so the T tables are one call
+    (one ``aten::embedding_bag`` node), as a DLRM-style model batches them."""
+
+    mode = "sum"
+    trace_names = ("aten::embedding_bag", "aten::_embedding_bag")
+
+    def make_runner(self, params, dtype, direction, device):
+        import torch
+        import torch.nn.functional as F
+
+        b, e, t, l, d, _ = _dims(params)
+        grad = direction == "backward"
+        local = torch.from_numpy(all_indices(params))
+        base = torch.arange(t, dtype=torch.int64).repeat_interleave(b * l) * e
+        indices = (local + base).to(device)
+        offsets = torch.arange(0, t * b * l, l, dtype=torch.int64, device=device)
+        weight = torch.randn(t * e, d, device=device, requires_grad=grad)
+        if not grad:
+            return lambda: F.embedding_bag(indices, weight, offsets, mode=self.mode)
+        out = F.embedding_bag(indices, weight, offsets, mode=self.mode)
+        grad_out = torch.randn_like(out)
+        return lambda: torch.autograd.grad(out, (weight,), grad_out, retain_graph=True)
+
+    def flops(self, params, direction):
+        b, _, t, _, d, _ = _dims(params)
+        return super().flops(params, direction) + (b * t * d if self.mode == "mean" else 0)
+
+    def bytes_moved(self, params, dtype, direction):
+        if direction == "forward":
+            return super().bytes_moved(params, dtype, direction)
+        b, e, t, _, d, _ = _dims(params)
+        size = DTYPE_BYTES[dtype]
+        return size * (b * t * d + e * t * d) + self._index_bytes(params)
+
+    def params_from_shapes(self, input_shapes):
+        """(weight [rows, D], indices [N], offsets [bags], ...) → a T=1, uniform
+        config (tables merged into one weight and the distribution are not
+        visible in shapes)."""
+        if len(input_shapes) < 3 or len(input_shapes[0]) != 2 or len(input_shapes[1]) != 1 \
+                or len(input_shapes[2]) != 1:
+            return None
+        (rows, d), (n,), (bags,) = input_shapes[0], input_shapes[1], input_shapes[2]
+        if min(rows, d, n, bags) < 1 or n % bags:
+            return None
+        return {"B": bags, "E": rows, "T": 1, "L": n // bags, "D": d, "ZIPF": UNIFORM}
+
+
+class EmbeddingBagSum(_EmbeddingBag):
+    name = "embedding_bag_sum"
+    mode = "sum"
+
+
+class EmbeddingBagMean(_EmbeddingBag):
+    name = "embedding_bag_mean"
+    mode = "mean"
+
+
+class _Tbe(_Embedding):
+    """``SplitTableBatchedEmbeddingBagsCodegen`` with T tables of E×D, sum pooling.
+
+    ``forward`` times the lookup; ``backward`` times the backward pass with the
+    optimizer update fused into it (FBGEMM applies the update in backward).
+    Shapes of the FBGEMM nodes do not separate E from D or give B and L, so
+    :meth:`params_from_shapes` returns None.
+    """
+
+    optimizer = "EXACT_SGD"
+
+    def make_runner(self, params, dtype, direction, device):
+        try:
+            import torch
+            from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+                ComputeDevice, EmbeddingLocation, OptimType,
+                SplitTableBatchedEmbeddingBagsCodegen)
+        except Exception as exc:  # ImportError, or a broken native library
+            raise RuntimeError(f"FBGEMM missing: cannot import fbgemm_gpu ({exc})") from exc
+
+        b, e, t, l, d, _ = _dims(params)
+        dev = torch.device(device)
+        on_cpu = dev.type == "cpu"
+        location = EmbeddingLocation.HOST if on_cpu else EmbeddingLocation.DEVICE
+        compute = ComputeDevice.CPU if on_cpu else ComputeDevice.CUDA
+        module = SplitTableBatchedEmbeddingBagsCodegen(
+            [(e, d, location, compute)] * t, optimizer=getattr(OptimType, self.optimizer),
+            learning_rate=0.01, eps=1e-8, device=dev)
+        indices = torch.from_numpy(all_indices(params)).to(dev)
+        offsets = torch.arange(0, t * b * l + 1, l, dtype=torch.int64, device=dev)
+        if direction == "forward":
+            return lambda: module(indices, offsets)
+        out = module(indices, offsets)
+        grad_out = torch.randn_like(out)
+        return lambda: out.backward(grad_out, retain_graph=True)
+
+    def params_from_shapes(self, input_shapes):
+        return None
+
+
+class TbeSgd(_Tbe):
+    name = "tbe_sgd"
+    optimizer = "EXACT_SGD"
+    #: CPU names seen in torch.profiler with fbgemm_gpu 1.8 (GPU names unverified).
+    trace_names = ("fbgemm::split_embedding_codegen_lookup_sgd_function_pt2",
+                   "fbgemm::split_embedding_backward_codegen_sgd_cpu")
+
+    def flops(self, params, direction):
+        base = super().flops(params, direction)
+        if direction == "forward":
+            return base
+        return base + 2.0 * self._unique_rows(params) * int(params["D"])
+
+    def bytes_moved(self, params, dtype, direction):
+        if direction == "forward":
+            return super().bytes_moved(params, dtype, direction)
+        b, _, t, _, d, _ = _dims(params)
+        size = DTYPE_BYTES[dtype]
+        return size * b * t * d + self._index_bytes(params) + \
+            2.0 * size * self._unique_rows(params) * d
+
+
+class TbeRowwiseAdagrad(_Tbe):
+    name = "tbe_rowwise_adagrad"
+    optimizer = "EXACT_ROWWISE_ADAGRAD"
+    trace_names = ("fbgemm::split_embedding_codegen_lookup_rowwise_adagrad_function_pt2",
+                   "fbgemm::split_embedding_backward_codegen_rowwise_adagrad_cpu")
+
+    def flops(self, params, direction):
+        base = super().flops(params, direction)
+        if direction == "forward":
+            return base
+        return base + self._unique_rows(params) * (4.0 * int(params["D"]) + 3.0)
+
+    def bytes_moved(self, params, dtype, direction):
+        if direction == "forward":
+            return super().bytes_moved(params, dtype, direction)
+        b, _, t, _, d, _ = _dims(params)
+        size = DTYPE_BYTES[dtype]
+        return size * b * t * d + self._index_bytes(params) + \
+            2.0 * self._unique_rows(params) * (size * d + 4)
+
+
+OPS = (EmbeddingBagSum(), EmbeddingBagMean(), TbeSgd(), TbeRowwiseAdagrad())

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import math
-import random
-from typing import Mapping, Sequence
 
-from perfmodel.ops.base import DTYPE_BYTES, OpDef, check_profile, log_uniform_ints, torch_dtype
+from perfmodel.ops.base import DTYPE_BYTES, OpDef, check_profile, random_configs, torch_dtype
 
 #: Dimension grid of the ``full`` profile.
 _FULL_DIMS = (16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
@@ -14,25 +12,6 @@ _FULL_DIMS = (16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 30
 #: Random configs per profile, and the largest FLOP count of one call.
 _CONFIGS = {"smoke": 16, "quick": 40}
 _MAX_FLOPS = {"smoke": 3e7, "quick": 2e9, "full": 4e10}
-
-
-def _random_configs(seed: str, params: Sequence[str], ranges: Mapping[str, tuple[int, int]],
-                    count: int, flops_of, max_flops: float) -> list[dict[str, int]]:
-    """``count`` distinct configs drawn log-uniformly (seeded), each under ``max_flops``."""
-    rng = random.Random(seed)
-    seen: set[tuple[int, ...]] = set()
-    out: list[dict[str, int]] = []
-    for _ in range(count * 50):
-        cfg = {p: log_uniform_ints(rng, *ranges[p], multiple=8 if ranges[p][0] >= 8 else 1)
-               for p in params}
-        key = tuple(cfg[p] for p in params)
-        if key in seen or flops_of(cfg) > max_flops:
-            continue
-        seen.add(key)
-        out.append(cfg)
-        if len(out) == count:
-            break
-    return out
 
 
 class _Gemm(OpDef):
@@ -47,7 +26,7 @@ class _Gemm(OpDef):
             return [c for c in grid if self.flops(c, "forward") <= _MAX_FLOPS["full"]]
         ranges = self.ranges if profile == "quick" else \
             {p: (low, min(high, 512)) for p, (low, high) in self.ranges.items()}
-        return _random_configs(f"{self.name}-{profile}", self.params, ranges, _CONFIGS[profile],
+        return random_configs(f"{self.name}-{profile}", self.params, ranges, _CONFIGS[profile],
                                lambda c: self.flops(c, "forward"), _MAX_FLOPS[profile])
 
     def _full_grid(self):

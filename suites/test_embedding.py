@@ -1,0 +1,16 @@
+"""Embedding family: microbenchmarks of every profile config, and predictor accuracy."""
+
+import pytest
+
+pytestmark = pytest.mark.perfmodel_ops("embedding_bag_sum", "embedding_bag_mean", "tbe_sgd",
+                                       "tbe_rowwise_adagrad")
+
+
+@pytest.mark.microbench
+def test_microbench(op_case, perfmodel_session):
+    perfmodel_session.benchmark(op_case)
+
+
+@pytest.mark.accuracy
+def test_accuracy(op_target, perfmodel_session):
+    perfmodel_session.check_accuracy(*op_target)

@@ -1,0 +1,16 @@
+"""Memory family: microbenchmarks of every profile config, and predictor accuracy."""
+
+import pytest
+
+pytestmark = pytest.mark.perfmodel_ops(
+    "cat", "transpose_contiguous", "dlrm_interaction", "index_select", "to_dtype", "copy")
+
+
+@pytest.mark.microbench
+def test_microbench(op_case, perfmodel_session):
+    perfmodel_session.benchmark(op_case)
+
+
+@pytest.mark.accuracy
+def test_accuracy(op_target, perfmodel_session):
+    perfmodel_session.check_accuracy(*op_target)

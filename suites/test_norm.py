@@ -1,0 +1,15 @@
+"""Norm family (batch_norm, layer_norm, dropout): microbenchmarks and predictor accuracy."""
+
+import pytest
+
+pytestmark = pytest.mark.perfmodel_ops("batch_norm", "layer_norm", "dropout")
+
+
+@pytest.mark.microbench
+def test_microbench(op_case, perfmodel_session):
+    perfmodel_session.benchmark(op_case)
+
+
+@pytest.mark.accuracy
+def test_accuracy(op_target, perfmodel_session):
+    perfmodel_session.check_accuracy(*op_target)

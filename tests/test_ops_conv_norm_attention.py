@@ -1,0 +1,176 @@
+"""Conv, norm and attention op definitions: valid configs in every profile,
+positive and monotone work, runners that execute on CPU, and trace shapes
+that map back to the config."""
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from perfmodel.ops import PROFILES, get_op
+from perfmodel.ops.conv import out_size
+
+CONV = ("conv2d", "conv1d")
+NORM = ("batch_norm", "layer_norm", "dropout")
+NAMES = CONV + NORM + ("sdpa",)
+SPATIAL = {"conv2d": ("H", "W"), "conv1d": ("L",)}
+
+
+def _check_valid(name, c):
+    """Constraints the op itself would reject at run time."""
+    if name in CONV:
+        assert c["C"] % c["GROUPS"] == 0 and c["K"] % c["GROUPS"] == 0, c
+        for s in SPATIAL[name]:
+            assert c[s] + 2 * c["PAD"] - c["DIL"] * (c["R"] - 1) - 1 >= 0, c
+    if name == "batch_norm":
+        assert c["N"] * c["HW"] > 1, c
+    if name == "sdpa":
+        assert c["CAUSAL"] in (0, 1), c
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("name", NAMES)
+def test_every_config_of_every_profile_is_valid(name, profile):
+    op = get_op(name)
+    configs = op.configs(profile)
+    assert len(configs) >= 4  # the fit needs at least four configs
+    assert configs == op.configs(profile)  # deterministic
+    for c in configs:
+        assert set(c) == set(op.params)
+        _check_valid(name, c)
+        for direction in op.directions:
+            assert op.flops(c, direction) > 0
+            for dtype in op.dtypes:
+                assert op.bytes_moved(c, dtype, direction) > 0
+
+
+def test_conv_profiles_cover_dense_grouped_and_depthwise():
+    for name in CONV:
+        configs = get_op(name).configs("quick")
+        groups = [(c["GROUPS"], c["C"], c["K"]) for c in configs]
+        assert any(g == 1 for g, _, _ in groups)
+        assert any(1 < g and g == c == k for g, c, k in groups)
+        assert any(1 < g and (g < c or g < k) for g, c, k in groups)
+
+
+def test_sdpa_profiles_have_causal_and_full_configs():
+    for profile in PROFILES:
+        assert {c["CAUSAL"] for c in get_op("sdpa").configs(profile)} == {0, 1}
+
+
+@settings(max_examples=30, deadline=None)
+@given(name=st.sampled_from(NAMES), data=st.data())
+def test_small_smoke_configs_build_and_run_on_cpu(name, data):
+    op = get_op(name)
+    config = data.draw(st.sampled_from(op.configs("smoke")))
+    direction = data.draw(st.sampled_from(op.directions))
+    dtype = data.draw(st.sampled_from(op.dtypes))
+    result = op.make_runner(config, dtype, direction, "cpu")()
+    if direction == "backward":  # one gradient per differentiable input, none missing
+        assert all(g is not None for g in result)
+
+
+def test_runner_output_shapes_match_the_config():
+    conv = get_op("conv2d")
+    p = {"N": 2, "C": 4, "H": 9, "W": 7, "K": 6, "R": 3, "STRIDE": 2, "PAD": 1, "DIL": 1,
+         "GROUPS": 2}
+    out = conv.make_runner(p, "float32", "forward", "cpu")()
+    assert tuple(out.shape) == (2, 6, out_size(9, 3, 2, 1, 1), out_size(7, 3, 2, 1, 1))
+    dw = dict(p, C=6, GROUPS=6)
+    grads = conv.make_runner(dw, "float32", "backward", "cpu")()
+    assert [tuple(g.shape) for g in grads] == [(2, 6, 9, 7), (6, 1, 3, 3), (6,)]
+    q = get_op("sdpa").make_runner({"B": 2, "H": 3, "S": 5, "DH": 8, "CAUSAL": 1},
+                                   "bfloat16", "forward", "cpu")()
+    assert tuple(q.shape) == (2, 3, 5, 8)
+
+
+def test_invalid_batch_norm_config_is_refused():
+    with pytest.raises(ValueError, match="N\\*HW > 1"):
+        get_op("batch_norm").make_runner({"N": 1, "C": 3, "HW": 1}, "float32", "forward", "cpu")
+
+
+dims = st.integers(1, 4096)
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.sampled_from(NAMES), data=st.data())
+def test_work_is_positive_and_monotone(name, data):
+    op = get_op(name)
+    params = {p: data.draw(dims, label=p) for p in op.params}
+    grown = dict(params)
+    grown[data.draw(st.sampled_from(op.monotone_params or op.params), label="grown")] *= 2
+    for direction in op.directions:
+        assert 0 < op.flops(params, direction) < op.flops(grown, direction)
+        for dtype in op.dtypes:
+            assert 0 < op.bytes_moved(params, dtype, direction) < \
+                op.bytes_moved(grown, dtype, direction)
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_sdpa_work(data):
+    op = get_op("sdpa")
+    p = {k: data.draw(dims, label=k) for k in ("B", "H", "S", "DH")}
+    full, causal = dict(p, CAUSAL=0), dict(p, CAUSAL=1)
+    assert op.flops(full, "forward") == 2 * op.flops(causal, "forward")
+    assert op.flops(full, "backward") == 2.5 * op.flops(full, "forward")
+    assert op.bytes_moved(full, "float32", "forward") == op.bytes_moved(causal, "float32", "forward")
+
+
+@settings(max_examples=200, deadline=None)
+@given(name=st.sampled_from(CONV), bias=st.booleans(), data=st.data())
+def test_conv_trace_shapes_map_back_to_the_shape_params(name, bias, data):
+    op = get_op(name)
+    g = data.draw(st.integers(1, 64), label="GROUPS")
+    p = {"N": data.draw(dims, label="N"), "C": g * data.draw(st.integers(1, 64), label="C/G"),
+         "K": g * data.draw(st.integers(1, 64), label="K/G"), "R": data.draw(st.integers(1, 11)),
+         "GROUPS": g}
+    p.update({s: data.draw(dims, label=s) for s in SPATIAL[name]})
+    x = [p["N"], p["C"], *(p[s] for s in SPATIAL[name])]
+    w = [p["K"], p["C"] // g, *(p["R"] for _ in SPATIAL[name])]
+    shapes = [x, w, [p["K"]] if bias else [], [], [], []]  # scalar args have empty shapes
+    assert op.params_from_shapes(shapes) == p
+    # the result plus the scalar args is a full config
+    assert set(p) | {"STRIDE", "PAD", "DIL"} == set(op.params)
+
+
+def test_conv_trace_shapes_that_are_not_this_op_give_none():
+    conv2d, conv1d = get_op("conv2d"), get_op("conv1d")
+    assert conv2d.params_from_shapes([[2, 4, 8]]) is None
+    assert conv2d.params_from_shapes([[2, 4, 8], [4, 4, 3]]) is None  # a conv1d
+    assert conv1d.params_from_shapes([[2, 4, 8, 8], [4, 4, 3, 3]]) is None  # a conv2d
+    assert conv2d.params_from_shapes([[2, 4, 8, 8], [4, 4, 3, 5]]) is None  # not square
+    assert conv2d.params_from_shapes([[2, 6, 8, 8], [4, 4, 3, 3]]) is None  # 6 % 4
+    assert conv2d.params_from_shapes([[2, 4, 8, 8], [5, 2, 3, 3]]) is None  # K=5 % GROUPS=2
+    assert conv2d.params_from_shapes([[2, 4, 8, 8], [4, 4, 3, 3], [5]]) is None  # bias != K
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_norm_trace_shapes_map_back_to_the_config(data):
+    bn, ln, drop = get_op("batch_norm"), get_op("layer_norm"), get_op("dropout")
+    n, c, h, w = (data.draw(st.integers(1, 512)) for _ in range(4))
+    assert bn.params_from_shapes([[n, c, h, w], [c], [c], [c], [c]]) == {"N": n, "C": c,
+                                                                          "HW": h * w}
+    assert bn.params_from_shapes([[n, c]]) == {"N": n, "C": c, "HW": 1}
+    assert ln.params_from_shapes([[n, c, h], [], [h], [h]]) == {"ROWS": n * c, "COLS": h}
+    assert ln.params_from_shapes([[n, c, h], [], [c, h], []]) == {"ROWS": n, "COLS": c * h}
+    assert drop.params_from_shapes([[n, c, h], [], []]) == {"ELEMS": n * c * h}
+
+
+def test_norm_trace_shapes_that_are_not_this_op_give_none():
+    assert get_op("batch_norm").params_from_shapes([[8]]) is None
+    assert get_op("batch_norm").params_from_shapes([[8, 3, 4], [5]]) is None
+    assert get_op("layer_norm").params_from_shapes([[8, 16], [], [], []]) is None  # ambiguous
+    assert get_op("layer_norm").params_from_shapes([[8, 16], [], [8], []]) is None
+    assert get_op("dropout").params_from_shapes([[]]) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_sdpa_trace_shapes_map_back_to_the_shape_params(data):
+    op = get_op("sdpa")
+    p = {k: data.draw(dims, label=k) for k in ("B", "H", "S", "DH")}
+    q = [p["B"], p["H"], p["S"], p["DH"]]
+    assert op.params_from_shapes([q, q, q, [], [], []]) == p
+    assert op.params_from_shapes([q, q, q, [p["S"], p["S"]]]) is None  # explicit mask
+    assert op.params_from_shapes([q, q[:2] + [p["S"] + 1, p["DH"]], q]) is None  # cross-attn
+    assert op.params_from_shapes([q[:3]] * 3) is None

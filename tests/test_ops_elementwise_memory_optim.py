@@ -1,0 +1,148 @@
+"""Elementwise, memory and optimizer ops: configs valid, work positive and monotone,
+runners execute on a CPU, trace shapes map back to the config."""
+
+import math
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from perfmodel.ops import PROFILES, cases_for, get_op
+from perfmodel.ops import elementwise, memory, optim
+
+NAMES = sorted(op.name for module in (elementwise, memory, optim) for op in module.OPS)
+dims = st.integers(1, 4096)
+
+
+def test_the_families_define_the_requested_ops():
+    assert set(NAMES) == {
+        "relu", "gelu", "sigmoid", "tanh", "softmax", "add", "mul", "sum", "mean", "mse_loss",
+        "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy",
+        "cat", "transpose_contiguous", "dlrm_interaction", "index_select", "to_dtype", "copy",
+        "sgd_foreach", "sgd_fused", "adam_foreach", "adam_fused", "adamw_foreach", "adamw_fused"}
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("name", NAMES)
+def test_every_config_is_valid(name, profile):
+    op = get_op(name)
+    configs = op.configs(profile)
+    assert configs == op.configs(profile)
+    assert len({tuple(c[p] for p in op.params) for c in configs}) == len(configs) >= 4
+    for c in configs:
+        assert list(c) == list(op.params)
+        assert all(isinstance(v, int) and v >= 1 for v in c.values())
+
+
+def test_smoke_is_float32_only_and_quick_covers_every_dtype():
+    smoke, quick = cases_for(NAMES, "smoke"), cases_for(NAMES, "quick")
+    assert {c.dtype for c in smoke} == {"float32"}
+    assert {c.dtype for c in quick} == {"float32", "bfloat16"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.sampled_from(NAMES), data=st.data())
+def test_work_is_positive_and_monotone(name, data):
+    op = get_op(name)
+    params = {p: data.draw(dims, label=p) for p in op.params}
+    grown = dict(params)
+    grown[data.draw(st.sampled_from(op.monotone_params or op.params), label="grown")] *= 2
+    for direction in op.directions:
+        assert 0 < op.flops(params, direction) < op.flops(grown, direction)
+        for dtype in op.dtypes:
+            assert 0 < op.bytes_moved(params, dtype, direction) < \
+                op.bytes_moved(grown, dtype, direction)
+
+
+def test_index_select_rows_do_not_change_forward_work():
+    op = get_op("index_select")
+    small, big = {"ROWS": 10, "COLS": 8, "N": 4}, {"ROWS": 1000, "COLS": 8, "N": 4}
+    assert op.bytes_moved(small, "float32", "forward") == op.bytes_moved(big, "float32", "forward")
+    assert op.bytes_moved(small, "float32", "backward") < op.bytes_moved(big, "float32", "backward")
+
+
+def test_adam_moves_seven_tensors_per_element():
+    op = get_op("adam_fused")
+    assert op.bytes_moved({"NTENSORS": 3, "NUMEL": 10}, "float32", "forward") == 7 * 4 * 30
+    assert op.bytes_moved({"NTENSORS": 3, "NUMEL": 10}, "bfloat16", "forward") == 7 * 2 * 30
+
+
+def _shapes(name, p):
+    """Trace input shapes of a node of ``name`` with config ``p``."""
+    if name == "cross_entropy":
+        return [[p["BATCH"], p["CLASSES"]], [p["BATCH"]]]
+    if name in ("add", "mul", "mse_loss", "binary_cross_entropy",
+                "binary_cross_entropy_with_logits"):
+        return [[p["ROWS"], p["COLS"]], [p["ROWS"], p["COLS"]]]
+    if name == "cat":
+        return [[[p["ROWS"], p["COLS"]]] * p["N"], []]
+    if name == "dlrm_interaction":
+        return [[p["BATCH"], p["F"], p["D"]]]
+    if name == "index_select":
+        return [[p["ROWS"], p["COLS"]], [], [p["N"]]]
+    if name == "to_dtype":
+        return [[p["ELEMS"]]]
+    if name == "copy":
+        return [[p["ELEMS"]], [p["ELEMS"]]]
+    return [[p["ROWS"], p["COLS"]]]
+
+
+MAPPED = [n for n in NAMES if get_op(n).family != "optim"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(name=st.sampled_from(MAPPED), data=st.data())
+def test_trace_shapes_map_back_to_the_config(name, data):
+    op = get_op(name)
+    params = {p: data.draw(st.integers(1, 64), label=p) for p in op.params}
+    assert op.params_from_shapes(_shapes(name, params)) == params
+
+
+def test_shapes_that_do_not_fit_are_rejected():
+    assert get_op("add").params_from_shapes([[4, 8], [4, 9]]) is None
+    assert get_op("cross_entropy").params_from_shapes([[4, 8], [5]]) is None
+    assert get_op("cat").params_from_shapes([[[2, 3], [2, 4]], []]) is None
+    assert get_op("relu").params_from_shapes([[]]) is None
+    assert get_op("relu").params_from_shapes([[2, 3, 5]]) == {"ROWS": 6, "COLS": 5}
+    assert get_op("adam_fused").params_from_shapes([[10], [10]]) is None
+
+
+def _small(params):
+    return {p: max(1, min(v, 24)) for p, v in params.items()}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_runners_execute_on_cpu(name):
+    op = get_op(name)
+    for case in cases_for([name], "quick")[:2 * len(op.directions) * len(op.dtypes)]:
+        op.make_runner(_small(case.params), case.dtype, case.direction, "cpu")()
+
+
+def test_runner_outputs_have_the_documented_shapes():
+    import torch
+
+    out = get_op("dlrm_interaction").make_runner({"BATCH": 3, "F": 5, "D": 4}, "float32",
+                                                 "forward", "cpu")()
+    assert out.shape == (3, 10)
+    out = get_op("cat").make_runner({"N": 3, "ROWS": 2, "COLS": 4}, "float32", "forward", "cpu")()
+    assert out.shape == (2, 12)
+    out = get_op("to_dtype").make_runner({"ELEMS": 7}, "bfloat16", "forward", "cpu")()
+    assert out.dtype == torch.float32
+    out = get_op("transpose_contiguous").make_runner({"ROWS": 3, "COLS": 5}, "float32",
+                                                     "forward", "cpu")()
+    assert out.shape == (3, 5) and out.is_contiguous()
+    grads = get_op("softmax").make_runner({"ROWS": 2, "COLS": 3}, "float32", "backward", "cpu")()
+    assert grads[0].shape == (2, 3) and math.isfinite(grads[0].abs().sum().item())
+
+
+def test_unavailable_optimizer_variant_says_unsupported(monkeypatch):
+    import torch
+
+    from perfmodel.bench import unsupported_reason
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("`fused=True` requires all the params to be on a supported device")
+
+    monkeypatch.setattr(torch.optim, "Adam", refuse)
+    with pytest.raises(NotImplementedError, match="unsupported on this device") as info:
+        get_op("adam_fused").make_runner({"NTENSORS": 1, "NUMEL": 4}, "float32", "forward", "cpu")
+    assert unsupported_reason(info.value) is not None
