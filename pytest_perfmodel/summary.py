@@ -5,6 +5,9 @@ from __future__ import annotations
 from pytest_perfmodel.session import PerfmodelSession
 
 
+_SHORT = {"forward": "fwd", "backward": "bwd"}
+
+
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 
@@ -16,13 +19,15 @@ def summary_lines(pm: PerfmodelSession, quiet: bool = False) -> list[str]:
         lines.append(f"device {pm.device.key} ({pm.device.name}), profile {pm.options.profile}, "
                      f"results {pm.store.dir}")
     if pm.accuracy and not quiet:
+        names = [f"{acc.op}.{_SHORT[acc.direction]}" for acc in pm.accuracy]
+        width = max(len("op.dir"), *map(len, names)) + 1
         lines.append("")
-        lines.append(f"{'op.direction':<20}{'GMAE':>8}{'extrap':>8}{'MAPE':>8}{'max':>8}"
-                     f"{'noise':>8}  {'predictor':<10}{'configs':>8}")
-        for acc in pm.accuracy:
-            lines.append(f"{acc.name:<20}{_pct(acc.gmae):>8}{_pct(acc.gmae_extrapolation):>8}"
-                         f"{_pct(acc.mape):>8}{_pct(acc.max_error):>8}"
-                         f"{_pct(acc.noise_floor):>8}  {acc.chosen:<10}{acc.n_configs:>8}")
+        lines.append(f"{'op.dir':<{width}}{'GMAE':>7}{'extrap':>8}{'MAPE':>7}{'max':>8}"
+                     f"{'noise':>7}  {'predictor':<10}{'configs':>7}")
+        for name, acc in zip(names, pm.accuracy):
+            lines.append(f"{name:<{width}}{_pct(acc.gmae):>7}{_pct(acc.gmae_extrapolation):>8}"
+                         f"{_pct(acc.mape):>7}{_pct(acc.max_error):>8}"
+                         f"{_pct(acc.noise_floor):>7}  {acc.chosen:<10}{acc.n_configs:>7}")
     if pm.e2e and not quiet:
         lines.append("")
         lines.append(f"{'workload':<20}{'measured':>12}{'sd':>10}{'predicted':>12}{'error':>8}")

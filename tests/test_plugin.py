@@ -139,7 +139,7 @@ def test_markers_select_and_accuracy_reads_stored_data(pytester, planted_results
     bad.write_text("this is not json\n")
     out = run(pytester, results, "--strict-markers", "-m", "accuracy", "-v")
     out.assert_outcomes(passed=1, deselected=33)
-    out.stdout.fnmatch_lines(["addmm.forward *32",
+    out.stdout.fnmatch_lines(["addmm.fwd *32",
                               f"WARNING unreadable result data skipped: {bad}: line 1 is not JSON*"])
     assert len(list((results / key / "predictors").iterdir())) == 1
     # Same data, same fit: a second session reuses it instead of refitting.

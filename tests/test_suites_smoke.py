@@ -17,9 +17,13 @@ def test_suites_run_end_to_end_in_the_smoke_profile(tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=600)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-5000:]
-    for name in ("addmm.forward", "linear.forward", "linear.backward", "bmm.forward",
-                 "bmm.backward"):
-        assert any(line.startswith(name) for line in out.splitlines()), f"{name} missing:\n{out}"
+    from perfmodel.ops import OPS
+
+    rows = {line.split()[0] for line in out.splitlines() if line.strip()}
+    for op in OPS.values():
+        for direction in op.directions:
+            name = f"{op.name}.{ {'forward': 'fwd', 'backward': 'bwd'}[direction]}"
+            assert name in rows, f"accuracy row {name} missing:\n{out[-5000:]}"
     assert "mlp_small" in out and "no baseline at" in out
     (device_dir,) = results.iterdir()
     (run_file,) = (device_dir / "runs").iterdir()
