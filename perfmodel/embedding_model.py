@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-from sklearn.base import BaseEstimator, RegressorMixin
-
 from perfmodel.device import DATASHEET, DeviceSpec
 
 #: Bytes of one DRAM/L2 sector.
@@ -113,42 +110,9 @@ def predict_backward_rowwise_adagrad_s(B: int, E: int, T: int, L: int, D: int,
     return B * T * per_warp / spec.mem_bandwidth_Bps
 
 
-_PREDICTORS = {
+#: The model functions by kind; each takes (B, E, T, L, D, spec) and returns seconds.
+MODELS = {
     "forward": predict_forward_s,
     "backward_sgd": predict_backward_sgd_s,
     "backward_rowwise_adagrad": predict_backward_rowwise_adagrad_s,
 }
-
-
-class EmbeddingLookupRegressor(BaseEstimator, RegressorMixin):
-    """scikit-learn-style wrapper: X columns are B, E, T, L, D; predicts seconds.
-
-    ``fit`` learns one multiplicative correction (the geometric-mean ratio of
-    measured to modelled time) so the analytic model can be calibrated to a device.
-    """
-
-    def __init__(self, kind: str = "forward", spec: DeviceSpec | None = None):
-        self.kind = kind
-        self.spec = spec
-
-    def _model(self, X) -> np.ndarray:
-        if self.kind not in _PREDICTORS:
-            raise ValueError(f"unknown kind {self.kind!r}: expected one of {sorted(_PREDICTORS)}")
-        spec = self.spec if self.spec is not None else notebook_v100_spec()
-        X = np.asarray(X, dtype=float)
-        if X.ndim != 2 or X.shape[1] != 5:
-            raise ValueError(f"X must have 5 columns (B, E, T, L, D), got shape {X.shape}")
-        return np.array([_PREDICTORS[self.kind](*(int(v) for v in row), spec) for row in X])
-
-    def fit(self, X, y):
-        """Fit the scale factor to measured seconds ``y``; returns self."""
-        y = np.asarray(y, dtype=float)
-        self.scale_ = float(np.exp(np.mean(np.log(y / self._model(X)))))
-        return self
-
-    def predict(self, X) -> np.ndarray:
-        """Predicted seconds per row of X; the plain model functions need no fit."""
-        from sklearn.utils.validation import check_is_fitted
-
-        check_is_fitted(self, "scale_")
-        return self._model(X) * self.scale_

@@ -23,8 +23,9 @@ from perfmodel.device import DeviceSpec
 from perfmodel.metrics import gmae, mape, max_abs_rel_error, noise_floor
 from perfmodel.ops import OpDef, get_op
 from perfmodel.ops.base import DTYPE_BYTES
-from perfmodel.predictors import (EfficiencyRegressor, RooflineRegressor, ShapeRegressor,
-                                  load_predictor, save_predictor)
+from perfmodel.predictors import (EfficiencyRegressor, EmbeddingLookupRegressor,
+                                  RooflineRegressor, ShapeRegressor, load_predictor,
+                                  save_predictor)
 from perfmodel.plaindata import write_json_atomic
 from perfmodel.store import ResultStore
 
@@ -39,7 +40,7 @@ MIN_CONFIGS = 4
 #: Fewest distinct configs for the learned (tree) predictors to be candidates;
 #: below it only the two-parameter-per-resource roofline is fitted.
 MIN_CONFIGS_FOR_ML = 16
-PREDICTOR_KINDS = ("roofline", "shape", "efficiency")
+PREDICTOR_KINDS = ("roofline", "shape", "efficiency", "embedding_analytic")
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ def features(kind: str, op: OpDef, direction: str, dtype: str,
     if kind == "efficiency":
         return features("roofline", op, direction, dtype, params) + \
             features("shape", op, direction, dtype, params)
+    if kind == "embedding_analytic":
+        return [float(params[p]) for p in ("B", "E", "T", "L", "D")]
     raise ValueError(f"unknown predictor kind {kind!r}: expected one of {PREDICTOR_KINDS}")
 
 
@@ -86,8 +89,16 @@ def roofline_peaks(device: DeviceSpec) -> list[float]:
     return [device.peak_flops.get(d, fp32) for d in COMPUTE_DTYPES] + [device.mem_bandwidth_Bps]
 
 
-def make_predictor(kind: str, device: DeviceSpec):
-    """An unfitted predictor of ``kind`` for ``device``."""
+def candidate_kinds(op: OpDef, direction: str) -> tuple[str, ...]:
+    """Predictor kinds that apply to ``op`` in ``direction``."""
+    generic = ("roofline", "shape", "efficiency")
+    return generic + (("embedding_analytic",) if op.analytic_model(direction) else ())
+
+
+def make_predictor(kind: str, device: DeviceSpec, op: OpDef | None = None,
+                   direction: str = "forward"):
+    """An unfitted predictor of ``kind`` for ``device`` (and ``op`` in ``direction``,
+    which the analytical embedding model needs)."""
     if kind == "roofline":
         return RooflineRegressor(peaks=roofline_peaks(device))
     if kind == "shape":
@@ -95,6 +106,8 @@ def make_predictor(kind: str, device: DeviceSpec):
     if kind == "efficiency":
         peaks = roofline_peaks(device)
         return EfficiencyRegressor(peaks=peaks, n_work=len(peaks))
+    if kind == "embedding_analytic" and op is not None and op.analytic_model(direction):
+        return EmbeddingLookupRegressor(kind=op.analytic_model(direction), spec=device)
     raise ValueError(f"unknown predictor kind {kind!r}: expected one of {PREDICTOR_KINDS}")
 
 
@@ -185,7 +198,7 @@ def extrapolation_split(keys: Sequence, size_of) -> tuple[set, set]:
 
 def _fit(kind: str, op: OpDef, direction: str, device: DeviceSpec,
          train: list[Sample]) -> OpPredictor:
-    predictor = OpPredictor(op.name, direction, kind, make_predictor(kind, device))
+    predictor = OpPredictor(op.name, direction, kind, make_predictor(kind, device, op, direction))
     predictor.estimator.fit(_feature_matrix(predictor, train), np.array([s.seconds for s in train]))
     return predictor
 
@@ -222,7 +235,7 @@ def selection_score(scores: Mapping[str, float]) -> float:
 
 
 def fit_op(op_name: str, direction: str, samples: list[Sample], device: DeviceSpec,
-           kinds: Sequence[str] = PREDICTOR_KINDS) -> tuple[OpPredictor, OpAccuracy]:
+           kinds: Sequence[str] | None = None) -> tuple[OpPredictor, OpAccuracy]:
     """Score every predictor kind on held-out configs, keep the best (see
     :func:`selection_score`), refit it on all configs."""
     op = get_op(op_name)
@@ -238,8 +251,9 @@ def fit_op(op_name: str, direction: str, samples: list[Sample], device: DeviceSp
     size = {k: op.flops(dict(k[1]), direction) for k in keys}
     ex_train_keys, ex_test_keys = extrapolation_split(keys, size.__getitem__)
     candidates: dict[str, dict[str, float]] = {}
+    kinds = list(kinds or candidate_kinds(op, direction))
     if len(keys) < MIN_CONFIGS_FOR_ML:
-        kinds = [k for k in kinds if k == "roofline"] or list(kinds)[:1]
+        kinds = [k for k in kinds if k in ("roofline", "embedding_analytic")] or kinds[:1]
     for kind in kinds:
         pred, meas = _score(_fit(kind, op, direction, device, subset(train_keys)),
                             subset(test_keys))

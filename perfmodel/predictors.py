@@ -739,12 +739,79 @@ class EfficiencyRegressor(_PlainDataRegressor):
         _check_tree_state(self, n)
 
 
+class EmbeddingLookupRegressor(_PlainDataRegressor):
+    """The analytical embedding-lookup model (:mod:`perfmodel.embedding_model`) times
+    one fitted scale factor; predicts seconds.
+
+    X columns are B, E, T, L, D. ``kind`` picks the model ("forward",
+    "backward_sgd", "backward_rowwise_adagrad"); ``spec`` is the device's
+    :class:`~perfmodel.device.DeviceSpec`, whose constants the model reads. The
+    scale (learned ``scale_``) is the geometric mean of measured / modelled time,
+    so the model can be calibrated to a device it was not written for.
+    """
+
+    type_name: ClassVar[str] = "embedding_analytic"
+    _scalar_attrs: ClassVar[tuple[str, ...]] = ("scale_",)
+
+    def __init__(self, kind="forward", spec=None):
+        self.kind = kind
+        self.spec = spec
+
+    def _model(self, X: np.ndarray) -> np.ndarray:
+        from perfmodel.embedding_model import MODELS, notebook_v100_spec
+
+        if self.kind not in MODELS:
+            raise ValueError(f"unknown kind {self.kind!r}: expected one of {sorted(MODELS)}")
+        if X.shape[1] != 5:
+            raise ValueError(f"X must have 5 columns (B, E, T, L, D), got shape {X.shape}")
+        spec = self.spec if self.spec is not None else notebook_v100_spec()
+        rows = np.maximum(np.rint(X), 1).astype(np.int64)
+        return np.array([MODELS[self.kind](*map(int, row), spec) for row in rows])
+
+    def fit(self, X, y):
+        """Fit the scale factor to measured seconds ``y``; returns self."""
+        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
+        modelled = np.maximum(self._model(X), MIN_SECONDS)
+        self.scale_ = float(np.exp(np.mean(np.log(np.maximum(y, MIN_SECONDS) / modelled))))
+        return self
+
+    def predict(self, X):
+        """Predicted seconds (finite, > 0) per row of X."""
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        return np.clip(self._model(X) * self.scale_, MIN_SECONDS, np.finfo(np.float64).max)
+
+    # -- persistence hooks -------------------------------------------------
+    def _array_specs(self) -> dict[str, type]:
+        return {}
+
+    def _params_to_json(self) -> dict[str, Any]:
+        return {"kind": str(self.kind),
+                "spec": None if self.spec is None else self.spec.to_dict()}
+
+    @classmethod
+    def _check_params(cls, params: dict[str, Any]) -> dict[str, Any]:
+        from perfmodel.device import DeviceSpec
+        from perfmodel.embedding_model import MODELS
+
+        if params["kind"] not in MODELS:
+            raise ValueError(f"params.kind must be one of {sorted(MODELS)}")
+        spec = params["spec"]
+        return {"kind": params["kind"],
+                "spec": None if spec is None else DeviceSpec.from_dict(spec)}
+
+    def _check_learned_state(self) -> None:
+        if self.n_features_in_ != 5 or not self.scale_ > 0:
+            raise ValueError("n_features_in_ must be 5 and scale_ > 0")
+
+
 #: Predictor classes by their persisted ``type_name``; the only classes
 #: ``load_predictor`` will construct.
 PREDICTOR_TYPES: dict[str, type] = {
     RooflineRegressor.type_name: RooflineRegressor,
     ShapeRegressor.type_name: ShapeRegressor,
     EfficiencyRegressor.type_name: EfficiencyRegressor,
+    EmbeddingLookupRegressor.type_name: EmbeddingLookupRegressor,
 }
 
 

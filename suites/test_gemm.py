@@ -2,14 +2,6 @@
 
 import pytest
 
+from pytest_perfmodel.suite import test_accuracy, test_microbench  # noqa: F401
+
 pytestmark = pytest.mark.perfmodel_ops("addmm", "linear", "bmm")
-
-
-@pytest.mark.microbench
-def test_microbench(op_case, perfmodel_session):
-    perfmodel_session.benchmark(op_case)
-
-
-@pytest.mark.accuracy
-def test_accuracy(op_target, perfmodel_session):
-    perfmodel_session.check_accuracy(*op_target)

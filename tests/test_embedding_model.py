@@ -5,6 +5,7 @@ import pytest
 
 from perfmodel import embedding_model as em
 from perfmodel.device import DATASHEET
+from perfmodel.predictors import EmbeddingLookupRegressor, load_predictor, save_predictor
 
 
 @pytest.fixture
@@ -60,7 +61,7 @@ def test_time_scales_with_bandwidth(v100):
 def test_regressor_calibrates_a_scale(v100):
     X = np.array([[1024, 10_000, 4, 16, 64], [4096, 100_000, 16, 32, 128],
                   [512, 1_000, 2, 8, 32]])
-    model = em.EmbeddingLookupRegressor("backward_sgd", spec=v100)
+    model = EmbeddingLookupRegressor("backward_sgd", spec=v100)
     truth = np.array([em.predict_backward_sgd_s(*row, v100) for row in X]) * 1.7
     assert model.fit(X, truth) is model
     assert model.scale_ == pytest.approx(1.7)
@@ -70,10 +71,19 @@ def test_regressor_calibrates_a_scale(v100):
 def test_regressor_rejects_bad_input(v100):
     from sklearn.exceptions import NotFittedError
 
-    model = em.EmbeddingLookupRegressor("forward", spec=v100)
+    model = EmbeddingLookupRegressor("forward", spec=v100)
     with pytest.raises(NotFittedError):
         model.predict([[1, 1, 1, 1, 4]])
     with pytest.raises(ValueError, match="5 columns"):
         model.fit([[1, 2, 3]], [1.0])
     with pytest.raises(ValueError, match="unknown kind"):
-        em.EmbeddingLookupRegressor("sideways", spec=v100).fit([[1, 1, 1, 1, 4]], [1.0])
+        EmbeddingLookupRegressor("sideways", spec=v100).fit([[1, 1, 1, 1, 4]], [1.0])
+
+
+def test_regressor_persists_as_plain_data(v100, tmp_path):
+    X = np.array([[1024, 10_000, 4, 16, 64], [4096, 100_000, 16, 32, 128]])
+    model = EmbeddingLookupRegressor("forward", spec=v100).fit(X, [1e-3, 5e-3])
+    save_predictor(model, tmp_path / "emb")
+    loaded = load_predictor(tmp_path / "emb")
+    assert loaded.spec == v100 and loaded.kind == "forward"
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))

@@ -88,3 +88,12 @@ def test_saved_fit_predicts_the_same(tmp_path):
     (folder / "index.json").write_text(json.dumps(index))
     with pytest.raises(ValueError, match="index.json"):
         load_fit(folder)
+
+
+def test_analytical_embedding_model_is_a_candidate_only_where_it_applies():
+    from perfmodel.fitting import candidate_kinds, make_predictor
+
+    assert "embedding_analytic" in candidate_kinds(get_op("tbe_sgd"), "backward")
+    assert "embedding_analytic" not in candidate_kinds(get_op("addmm"), "forward")
+    model = make_predictor("embedding_analytic", SPEC, get_op("tbe_rowwise_adagrad"), "backward")
+    assert model.kind == "backward_rowwise_adagrad" and model.spec == SPEC

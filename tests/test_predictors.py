@@ -16,6 +16,7 @@ from perfmodel.metrics import gmae
 from perfmodel.predictors import (
     MIN_SECONDS,
     EfficiencyRegressor,
+    EmbeddingLookupRegressor,
     PREDICTOR_TYPES,
     RooflineRegressor,
     ShapeRegressor,
@@ -88,7 +89,8 @@ def test_sklearn_estimator_contract(estimator, check):
 
 def test_predictor_types_registry():
     assert PREDICTOR_TYPES == {"roofline": RooflineRegressor, "shape": ShapeRegressor,
-                               "efficiency": EfficiencyRegressor}
+                               "efficiency": EfficiencyRegressor,
+                               "embedding_analytic": EmbeddingLookupRegressor}
     for name, cls in PREDICTOR_TYPES.items():
         assert cls.type_name == name
 

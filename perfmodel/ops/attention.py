@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-import random
-from functools import lru_cache
 
-from perfmodel.ops.base import DTYPE_BYTES, OpDef, check_profile, log_uniform_ints, torch_dtype
+from perfmodel.ops.base import DTYPE_BYTES, OpDef, log_uniform_ints, sample_configs, torch_dtype
 
 #: Configs per profile and the largest forward FLOP count of one call.
 _CONFIGS = {"smoke": 4, "quick": 20, "full": 2000}
@@ -41,29 +39,20 @@ class Sdpa(OpDef):
                    "aten::_scaled_dot_product_cudnn_attention",
                    "aten::_scaled_dot_product_attention_math")
 
-    def configs(self, profile):
-        check_profile(profile)
-        return [dict(c) for c in self._configs(profile)]
-
-    @lru_cache(maxsize=None)
-    def _configs(self, profile: str) -> tuple[tuple[tuple[str, int], ...], ...]:
+    def generate_configs(self, profile):
         """Distinct configs drawn log-uniformly (seeded), half of them causal."""
-        rng = random.Random(f"{self.name}-{profile}")
         ranges = _RANGES[profile]
         dims = [d for d in _HEAD_DIMS if ranges["DH"][0] <= d <= ranges["DH"][1]]
-        seen: set[tuple[tuple[str, int], ...]] = set()
-        for _ in range(_CONFIGS[profile] * 200):
-            cfg = {"B": log_uniform_ints(rng, *ranges["B"]),
-                   "H": log_uniform_ints(rng, *ranges["H"]),
-                   "S": log_uniform_ints(rng, *ranges["S"], multiple=8),
-                   "DH": rng.choice(dims), "CAUSAL": len(seen) % 2}
-            key = tuple((p, cfg[p]) for p in self.params)
-            if key in seen or self.flops(cfg, "forward") > _MAX_FLOPS[profile]:
-                continue
-            seen.add(key)
-            if len(seen) == _CONFIGS[profile]:
-                break
-        return tuple(sorted(seen, key=lambda k: self.flops(dict(k), "forward")))
+
+        def draw(rng, n):
+            return {"B": log_uniform_ints(rng, *ranges["B"]),
+                    "H": log_uniform_ints(rng, *ranges["H"]),
+                    "S": log_uniform_ints(rng, *ranges["S"], multiple=8),
+                    "DH": rng.choice(dims), "CAUSAL": n % 2}
+
+        configs = sample_configs(f"{self.name}-{profile}", self.params, _CONFIGS[profile], draw,
+                                 lambda c: self.flops(c, "forward") <= _MAX_FLOPS[profile])
+        return sorted(configs, key=lambda c: self.flops(c, "forward"))
 
     def make_runner(self, params, dtype, direction, device):
         import torch

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Callable, Mapping, Sequence
 
 PROFILES = ("smoke", "quick", "full")
@@ -67,6 +68,11 @@ class OpDef:
 
     # -- shape space -------------------------------------------------------
     def configs(self, profile: str) -> list[dict[str, int]]:
+        """The configs of ``profile``: :meth:`generate_configs`, computed once."""
+        check_profile(profile)
+        return [dict(c) for c in _cached_configs(self, profile)]
+
+    def generate_configs(self, profile: str) -> list[dict[str, int]]:
         """The configs of ``profile``; deterministic for a given profile."""
         raise NotImplementedError
 
@@ -101,11 +107,21 @@ class OpDef:
         one per name in ``extra_feature_names``; none by default."""
         return []
 
+    def analytic_model(self, direction: str) -> str | None:
+        """Kind of :mod:`perfmodel.embedding_model` model that describes this op
+        in ``direction`` (a key of its ``MODELS``), or None."""
+        return None
+
     # -- trace mapping -----------------------------------------------------
     def params_from_shapes(self, input_shapes: Sequence[Sequence[int]]) -> dict[str, int] | None:
         """Read this op's config from the input shapes of a trace node, or
         ``None`` when the node is not an instance of this op."""
         raise NotImplementedError
+
+
+@lru_cache(maxsize=None)
+def _cached_configs(op: OpDef, profile: str) -> tuple[tuple[tuple[str, int], ...], ...]:
+    return tuple(tuple(c.items()) for c in op.generate_configs(profile))
 
 
 def check_profile(profile: str) -> str:
@@ -120,23 +136,39 @@ def log_uniform_ints(rng: random.Random, low: int, high: int, multiple: int = 1)
     return max(low, min(high, int(round(value / multiple)) * multiple))
 
 
-def random_configs(seed: str, params: Sequence[str], ranges: Mapping[str, tuple[int, int]],
-                    count: int, flops_of, max_flops: float) -> list[dict[str, int]]:
-    """``count`` distinct configs drawn log-uniformly (seeded), each under ``max_flops``."""
+def sample_configs(seed: str, params: Sequence[str], count: int,
+                   draw: Callable[[random.Random, int], dict[str, int]],
+                   accept: Callable[[dict[str, int]], bool] = lambda cfg: True,
+                   attempts_per_config: int = 200) -> list[dict[str, int]]:
+    """Up to ``count`` distinct configs, deterministic for ``seed``.
+
+    ``draw(rng, n_accepted)`` proposes a config (it may vary with how many were
+    accepted so far, e.g. to alternate kinds); ``accept`` filters invalid or
+    too-large ones. Two configs are the same when their ``params`` values are.
+    """
     rng = random.Random(seed)
     seen: set[tuple[int, ...]] = set()
     out: list[dict[str, int]] = []
-    for _ in range(count * 50):
-        cfg = {p: log_uniform_ints(rng, *ranges[p], multiple=8 if ranges[p][0] >= 8 else 1)
-               for p in params}
+    for _ in range(count * attempts_per_config):
+        cfg = draw(rng, len(out))
         key = tuple(cfg[p] for p in params)
-        if key in seen or flops_of(cfg) > max_flops:
+        if key in seen or not accept(cfg):
             continue
         seen.add(key)
         out.append(cfg)
         if len(out) == count:
             break
     return out
+
+
+def random_configs(seed: str, params: Sequence[str], ranges: Mapping[str, tuple[int, int]],
+                   count: int, flops_of, max_flops: float) -> list[dict[str, int]]:
+    """``count`` distinct configs drawn log-uniformly (seeded), each under ``max_flops``."""
+    def draw(rng: random.Random, _: int) -> dict[str, int]:
+        return {p: log_uniform_ints(rng, *ranges[p], multiple=8 if ranges[p][0] >= 8 else 1)
+                for p in params}
+
+    return sample_configs(seed, params, count, draw, lambda c: flops_of(c) <= max_flops)
 
 
 def torch_dtype(dtype: str):

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import math
 import random
-from functools import lru_cache
 from typing import Mapping
 
-from perfmodel.ops.base import DTYPE_BYTES, OpDef, check_profile, log_uniform_ints, torch_dtype
+from perfmodel.ops.base import DTYPE_BYTES, OpDef, log_uniform_ints, sample_configs, torch_dtype
 
 #: Configs per profile and the largest forward FLOP count of one call.
 _CONFIGS = {"smoke": 4, "quick": 20, "full": 2000}
@@ -49,25 +48,12 @@ class _Conv(OpDef):
     max_spatial: dict[str, int] = {}
 
     # -- shape space -------------------------------------------------------
-    def configs(self, profile):
-        check_profile(profile)
-        return [dict(c) for c in self._configs(profile)]
-
-    @lru_cache(maxsize=None)
-    def _configs(self, profile: str) -> tuple[tuple[tuple[str, int], ...], ...]:
-        rng = random.Random(f"{self.name}-{profile}")
-        seen: set[tuple[tuple[str, int], ...]] = set()
-        count = _CONFIGS[profile]
-        for attempt in range(count * 200):
-            cfg = self._draw(rng, profile, _KINDS[len(seen) % len(_KINDS)])
-            key = tuple((p, cfg[p]) for p in self.params)
-            if key in seen or not _valid(cfg, self.spatial) or \
-                    self.flops(cfg, "forward") > _MAX_FLOPS[profile]:
-                continue
-            seen.add(key)
-            if len(seen) == count:
-                break
-        return tuple(sorted(seen, key=lambda k: self.flops(dict(k), "forward")))
+    def generate_configs(self, profile):
+        configs = sample_configs(
+            f"{self.name}-{profile}", self.params, _CONFIGS[profile],
+            lambda rng, n: self._draw(rng, profile, _KINDS[n % len(_KINDS)]),
+            lambda c: _valid(c, self.spatial) and self.flops(c, "forward") <= _MAX_FLOPS[profile])
+        return sorted(configs, key=lambda c: self.flops(c, "forward"))
 
     def _draw(self, rng: random.Random, profile: str, kind: str) -> dict[str, int]:
         """One candidate config of ``kind`` (dense, depthwise or grouped)."""

@@ -236,6 +236,14 @@ class _Embedding(OpDef):
     def extra_features(self, params, dtype, direction):
         return reuse_histogram(params)
 
+    def analytic_model(self, direction):
+        """The seed notebook's model: the forward, or the backward fused with SGD
+        (also used for EmbeddingBag's backward, which writes a gradient of the
+        same rows) or with row-wise Adagrad."""
+        if direction == "forward":
+            return "forward"
+        return "backward_rowwise_adagrad" if self.name == "tbe_rowwise_adagrad" else "backward_sgd"
+
     def _unique_rows(self, params) -> float:
         """Expected distinct rows touched, summed over the tables."""
         b, e, t, l, _, code = _dims(params)

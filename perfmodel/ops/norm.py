@@ -8,11 +8,9 @@ and only roughly what a kernel executes.
 from __future__ import annotations
 
 import math
-import random
-from functools import lru_cache
 from typing import Mapping
 
-from perfmodel.ops.base import DTYPE_BYTES, OpDef, check_profile, log_uniform_ints, torch_dtype
+from perfmodel.ops.base import DTYPE_BYTES, OpDef, log_uniform_ints, sample_configs, torch_dtype
 
 #: Configs per profile and the largest element count of one call's input.
 _CONFIGS = {"smoke": 4, "quick": 20, "full": 2000}
@@ -39,24 +37,13 @@ class _Norm(OpDef):
         """Whether the op can run ``params``; all positive configs by default."""
         return True
 
-    def configs(self, profile):
-        check_profile(profile)
-        return [dict(c) for c in self._configs(profile)]
-
-    @lru_cache(maxsize=None)
-    def _configs(self, profile: str) -> tuple[tuple[tuple[str, int], ...], ...]:
+    def generate_configs(self, profile):
         """Distinct configs drawn log-uniformly (seeded), under ``_MAX_ELEMS``."""
-        rng = random.Random(f"{self.name}-{profile}")
-        seen: set[tuple[tuple[str, int], ...]] = set()
-        for _ in range(_CONFIGS[profile] * 200):
-            key = tuple((p, log_uniform_ints(rng, *self.ranges[p])) for p in self.params)
-            if key in seen or not self.valid(dict(key)) or \
-                    self.elements(dict(key)) > _MAX_ELEMS[profile]:
-                continue
-            seen.add(key)
-            if len(seen) == _CONFIGS[profile]:
-                break
-        return tuple(sorted(seen, key=lambda k: self.elements(dict(k))))
+        configs = sample_configs(
+            f"{self.name}-{profile}", self.params, _CONFIGS[profile],
+            lambda rng, n: {p: log_uniform_ints(rng, *self.ranges[p]) for p in self.params},
+            lambda c: self.valid(c) and self.elements(c) <= _MAX_ELEMS[profile])
+        return sorted(configs, key=self.elements)
 
     def _input(self, params, dtype, direction, device, shape):
         import torch
