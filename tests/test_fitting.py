@@ -8,7 +8,7 @@ import pytest
 
 from perfmodel.device import DeviceSpec
 from perfmodel.fitting import (MIN_CONFIGS, extrapolation_split, fit_predictors, load_fit,
-                               load_latest_fit, random_split, save_fit)
+                               load_latest_fit, random_folds, save_fit)
 from perfmodel.ops import get_op
 from perfmodel.store import ResultStore
 
@@ -37,8 +37,9 @@ def planted_records(op_name="linear", noise=0.01, seed=0):
 
 def test_splits_hold_out_unseen_configs():
     keys = list(range(40))
-    train, test = random_split(keys)
-    assert train.isdisjoint(test) and train | test == set(keys) and len(test) == 10
+    folds = random_folds(keys)
+    assert len(folds) == 4 and set().union(*folds) == set(keys)
+    assert sum(map(len, folds)) == 40 and all(len(f) == 10 for f in folds)  # disjoint
     train, test = extrapolation_split(keys, size_of=lambda k: -k)
     assert test == set(range(8))  # the largest by size_of
 
