@@ -90,20 +90,6 @@ def test_invalid_batch_norm_config_is_refused():
 dims = st.integers(1, 4096)
 
 
-@settings(max_examples=300, deadline=None)
-@given(name=st.sampled_from(NAMES), data=st.data())
-def test_work_is_positive_and_monotone(name, data):
-    op = get_op(name)
-    params = {p: data.draw(dims, label=p) for p in op.params}
-    grown = dict(params)
-    grown[data.draw(st.sampled_from(op.monotone_params or op.params), label="grown")] *= 2
-    for direction in op.directions:
-        assert 0 < op.flops(params, direction) < op.flops(grown, direction)
-        for dtype in op.dtypes:
-            assert 0 < op.bytes_moved(params, dtype, direction) < \
-                op.bytes_moved(grown, dtype, direction)
-
-
 @settings(max_examples=100, deadline=None)
 @given(data=st.data())
 def test_sdpa_work(data):
