@@ -10,7 +10,6 @@ from perfmodel.ops import PROFILES, cases_for, get_op
 from perfmodel.ops import elementwise, memory, optim
 
 NAMES = sorted(op.name for module in (elementwise, memory, optim) for op in module.OPS)
-dims = st.integers(1, 4096)
 
 
 def test_the_families_define_the_requested_ops():
