@@ -122,12 +122,15 @@ class OpPredictor:
     kind: str
     estimator: object
 
+    def feature_matrix(self, rows: Iterable[tuple[str, Mapping[str, int]]]) -> np.ndarray:
+        """Feature rows of (dtype, params) pairs for this predictor's kind."""
+        op = get_op(self.op)
+        return np.array([features(self.kind, op, self.direction, dtype, params)
+                         for dtype, params in rows], dtype=float)
+
     def predict(self, dtype: str, params_list: Sequence[Mapping[str, int]]) -> np.ndarray:
         """Predicted seconds for each config in ``params_list``, in one batched call."""
-        op = get_op(self.op)
-        X = np.array([features(self.kind, op, self.direction, dtype, p) for p in params_list],
-                     dtype=float)
-        return self.estimator.predict(X)
+        return self.estimator.predict(self.feature_matrix((dtype, p) for p in params_list))
 
 
 @dataclass
@@ -201,19 +204,15 @@ def extrapolation_split(keys: Sequence, size_of) -> tuple[set, set]:
 def _fit(kind: str, op: OpDef, direction: str, device: DeviceSpec,
          train: list[Sample]) -> OpPredictor:
     predictor = OpPredictor(op.name, direction, kind, make_predictor(kind, device, op, direction))
-    predictor.estimator.fit(_feature_matrix(predictor, train), np.array([s.seconds for s in train]))
+    X = predictor.feature_matrix((s.dtype, dict(s.params)) for s in train)
+    predictor.estimator.fit(X, np.array([s.seconds for s in train]))
     return predictor
-
-
-def _feature_matrix(predictor: OpPredictor, samples: list[Sample]) -> np.ndarray:
-    op = get_op(predictor.op)
-    return np.array([features(predictor.kind, op, predictor.direction, s.dtype, dict(s.params))
-                     for s in samples], dtype=float)
 
 
 def _score(predictor: OpPredictor, test: list[Sample]) -> tuple[np.ndarray, np.ndarray]:
     """(predicted, measured) seconds of ``test``."""
-    pred = predictor.estimator.predict(_feature_matrix(predictor, test))
+    X = predictor.feature_matrix((s.dtype, dict(s.params)) for s in test)
+    pred = predictor.estimator.predict(X)
     return pred, np.array([s.seconds for s in test])
 
 

@@ -356,6 +356,28 @@ class _Tbe(_Embedding):
         grad_out = torch.randn_like(out)
         return lambda: out.backward(grad_out, retain_graph=True)
 
+    def update_flops_per_row(self, d: int) -> float:
+        """FLOPs of the fused optimizer update of one touched row of ``d`` floats."""
+        raise NotImplementedError
+
+    def row_bytes(self, size: int, d: int) -> float:
+        """Bytes the fused update reads (and again writes) per touched row."""
+        raise NotImplementedError
+
+    def flops(self, params, direction):
+        base = super().flops(params, direction)
+        if direction == "forward":
+            return base
+        return base + self._unique_rows(params) * self.update_flops_per_row(int(params["D"]))
+
+    def bytes_moved(self, params, dtype, direction):
+        if direction == "forward":
+            return super().bytes_moved(params, dtype, direction)
+        b, _, t, _, d, _ = _dims(params)
+        size = DTYPE_BYTES[dtype]
+        return size * b * t * d + self._index_bytes(params) + \
+            2.0 * self._unique_rows(params) * self.row_bytes(size, d)
+
     def params_from_shapes(self, input_shapes):
         return None
 
@@ -367,19 +389,11 @@ class TbeSgd(_Tbe):
     trace_names = ("fbgemm::split_embedding_codegen_lookup_sgd_function_pt2",
                    "fbgemm::split_embedding_backward_codegen_sgd_cpu")
 
-    def flops(self, params, direction):
-        base = super().flops(params, direction)
-        if direction == "forward":
-            return base
-        return base + 2.0 * self._unique_rows(params) * int(params["D"])
+    def update_flops_per_row(self, d: int) -> float:
+        return 2.0 * d
 
-    def bytes_moved(self, params, dtype, direction):
-        if direction == "forward":
-            return super().bytes_moved(params, dtype, direction)
-        b, _, t, _, d, _ = _dims(params)
-        size = DTYPE_BYTES[dtype]
-        return size * b * t * d + self._index_bytes(params) + \
-            2.0 * size * self._unique_rows(params) * d
+    def row_bytes(self, size: int, d: int) -> float:
+        return size * d
 
 
 class TbeRowwiseAdagrad(_Tbe):
@@ -388,19 +402,11 @@ class TbeRowwiseAdagrad(_Tbe):
     trace_names = ("fbgemm::split_embedding_codegen_lookup_rowwise_adagrad_function_pt2",
                    "fbgemm::split_embedding_backward_codegen_rowwise_adagrad_cpu")
 
-    def flops(self, params, direction):
-        base = super().flops(params, direction)
-        if direction == "forward":
-            return base
-        return base + self._unique_rows(params) * (4.0 * int(params["D"]) + 3.0)
+    def update_flops_per_row(self, d: int) -> float:
+        return 4.0 * d + 3.0
 
-    def bytes_moved(self, params, dtype, direction):
-        if direction == "forward":
-            return super().bytes_moved(params, dtype, direction)
-        b, _, t, _, d, _ = _dims(params)
-        size = DTYPE_BYTES[dtype]
-        return size * b * t * d + self._index_bytes(params) + \
-            2.0 * self._unique_rows(params) * (size * d + 4)
+    def row_bytes(self, size: int, d: int) -> float:
+        return size * d + 4  # the row and its fp32 Adagrad state
 
 
 OPS = (EmbeddingBagSum(), EmbeddingBagMean(), TbeSgd(), TbeRowwiseAdagrad())
