@@ -1,4 +1,10 @@
-"""End-to-end: measure a workload's training iteration and predict it.
+"""End-to-end: trace a training iteration, predict it, and measure it.
+
+Pipeline per workload (see DESIGN.md): capture an execution trace of a few
+iterations (:mod:`perfmodel.trace`), build the task graph of the last one
+(:mod:`perfmodel.graph`), price it with the fitted op predictors and the
+device's shared overhead table (:mod:`perfmodel.overheads`), simulate it
+(:mod:`perfmodel.simulate`), and compare with the measured iteration time.
 
 Measurement follows the repeat × number method of the training benchmarks in
 the seed work: warm up, then ``repeat`` timed blocks of ``number`` iterations
@@ -11,15 +17,18 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from pathlib import Path
+from typing import Any, Callable
 
-from perfmodel.timing import Timer
-from perfmodel.workloads import get_workload
-from perfmodel.workloads.mlp import MLPConfig, build_mlp, non_gemm_runners
+from perfmodel.graph import Graph, build_graph
+from perfmodel.overheads import (OverheadTable, load_all_samples, samples_from_graph,
+                                 save_samples, table_from_samples)
+from perfmodel.predict import Prediction, predict_graph
+from perfmodel.trace import capture_trace, load_trace
 
-if TYPE_CHECKING:  # fitting pulls in scikit-learn; results and timing do not need it
-    from perfmodel.bench import TimerSettings
-    from perfmodel.fitting import FitReport
+#: Iterations captured per trace (the last one is predicted) and warm-up before.
+TRACE_ITERATIONS = 3
+TRACE_WARMUP = 3
 
 
 @dataclass(frozen=True)
@@ -35,17 +44,42 @@ class IterationTiming:
 
 @dataclass
 class E2EResult:
-    """Predicted against measured iteration time of one workload."""
+    """Predicted against measured iteration time of one workload (seconds).
+
+    ``predicted_s`` uses the device's shared overhead table;
+    ``predicted_own_s`` the table of this workload's own trace only (the
+    seed work's "per-workload overheads"), for comparison.
+    """
 
     workload: str
     measured: IterationTiming
     predicted_s: float
     breakdown_s: dict[str, float] = field(default_factory=dict)
+    predicted_own_s: float | None = None
+    regions_s: dict[str, float] = field(default_factory=dict)
+    unmodelled: list = field(default_factory=list)  # (name, count, share of traced time)
+    no_predictor: dict[str, int] = field(default_factory=dict)
+    n_tasks: int = 0
+    traced_s: float | None = None
+    overhead_workloads: tuple[str, ...] = ()
+    prediction: Prediction | None = field(default=None, repr=False)
 
     @property
     def error(self) -> float:
         """|predicted - measured| / measured, a fraction."""
         return abs(self.predicted_s - self.measured.median_s) / self.measured.median_s
+
+    @property
+    def error_own(self) -> float | None:
+        """The error with the workload's own overhead table."""
+        if self.predicted_own_s is None:
+            return None
+        return abs(self.predicted_own_s - self.measured.median_s) / self.measured.median_s
+
+    @property
+    def unmodelled_share(self) -> float:
+        """Share of the traced iteration spent in unmodelled nodes (fraction)."""
+        return sum(share or 0.0 for _, _, share in self.unmodelled)
 
     def record(self, env: dict) -> dict:
         """The store record of this result."""
@@ -53,7 +87,12 @@ class E2EResult:
                 "measured_sd_s": self.measured.sd_s, "repeat": self.measured.repeat,
                 "number": self.measured.number, "items_per_s": self.measured.items_per_s,
                 "predicted_s": self.predicted_s, "error": self.error,
-                "breakdown_s": self.breakdown_s, "env": env}
+                "predicted_own_s": self.predicted_own_s, "error_own": self.error_own,
+                "breakdown_s": self.breakdown_s, "regions_s": self.regions_s,
+                "unmodelled": [list(row) for row in self.unmodelled],
+                "no_predictor": self.no_predictor, "n_tasks": self.n_tasks,
+                "traced_s": self.traced_s,
+                "overhead_workloads": list(self.overhead_workloads), "env": env}
 
 
 def measure_iteration(step: Callable[[], object], items: int, warmup: int = 10, repeat: int = 30,
@@ -76,30 +115,56 @@ def measure_iteration(step: Callable[[], object], items: int, warmup: int = 10, 
     return IterationTiming(median, statistics.stdev(samples), repeat, number, items / median)
 
 
-def predict_mlp(cfg: MLPConfig, fit: FitReport, device: str,
-                settings: TimerSettings) -> dict[str, float]:
-    """Breakdown (seconds per bucket) of one MLP iteration: GEMMs from the fitted
-    ``linear`` predictors, the other ops timed in isolation."""
-    breakdown = {
-        f"gemm.{direction}": float(fit.predictor("linear", direction)
-                                   .predict(cfg.dtype, cfg.layers).sum())
-        for direction in ("forward", "backward")
-    }
-    for bucket, runners in non_gemm_runners(cfg, device).items():
-        breakdown[f"{bucket} (measured)"] = sum(
-            Timer(r, device=device, target_rel_ci=settings.target_rel_ci,
-                  budget_s=settings.budget_s, warmup_s=settings.warmup_s).measure().median_s
-            for r in runners)
-    return breakdown
+# -- the pieces -----------------------------------------------------------------------
+
+def traces_dir(results_dir: Path) -> Path:
+    """Where a device's captured traces go (``results/<device-key>/traces``)."""
+    return results_dir / "traces"
 
 
-def run_workload(name: str, fit: FitReport, device: str, settings: TimerSettings) -> E2EResult:
-    """Measure and predict workload ``name`` on ``device``."""
-    cfg = get_workload(name)
-    step = build_mlp(cfg, device)
-    measured = measure_iteration(step.step, items=cfg.batch, sync=_sync_for(device))
-    breakdown = predict_mlp(cfg, fit, device, settings)
-    return E2EResult(name, measured, sum(breakdown.values()), breakdown)
+def overheads_dir(results_dir: Path) -> Path:
+    """Where a device's per-workload overhead samples go."""
+    return results_dir / "overheads"
+
+
+def trace_workload(name: str, step: Callable[[], object], results_dir: Path, device: str,
+                   bandwidth_B_per_s: float) -> Graph:
+    """Capture ``step``'s trace under ``results_dir``, build its graph, and save
+    its overhead samples as workload ``name``'s contribution to the table."""
+    files = capture_trace(step, traces_dir(results_dir), name, TRACE_ITERATIONS, TRACE_WARMUP,
+                          device)
+    graph = build_graph(load_trace(files.et, files.kineto))
+    save_samples(overheads_dir(results_dir) / f"{name}.json",
+                 samples_from_graph(name, graph, bandwidth_B_per_s))
+    return graph
+
+
+def shared_table(results_dir: Path, bandwidth_B_per_s: float) -> tuple[OverheadTable, list[str]]:
+    """The device's overhead table pooled over every workload's saved samples,
+    and a problem line per unreadable samples file."""
+    samples, problems = load_all_samples(overheads_dir(results_dir))
+    return table_from_samples(samples, bandwidth_B_per_s), problems
+
+
+def predict_and_measure(name: str, step: Callable[[], object], items: int, graph: Graph, fit,
+                        table: OverheadTable, device: str, bandwidth_B_per_s: float,
+                        measure: bool = True) -> E2EResult:
+    """Predict ``graph`` with the shared ``table`` and with its own overheads,
+    then measure ``step`` (unless ``measure`` is False: measured is then NaN)."""
+    on_device = device.startswith("cuda")
+    shared = predict_graph(graph, fit, table, on_device)
+    own = predict_graph(graph, fit, table_from_samples(
+        [samples_from_graph(name, graph, bandwidth_B_per_s)], bandwidth_B_per_s), on_device,
+        keep_timeline=False)
+    if measure:
+        measured = measure_iteration(step, items=items, sync=_sync_for(device))
+    else:
+        nan = float("nan")
+        measured = IterationTiming(nan, nan, 0, 0, nan)
+    return E2EResult(name, measured, shared.total_s, shared.breakdown_s, own.total_s,
+                     dict(sorted(shared.sim.regions_s.items())), shared.unmodelled,
+                     shared.no_predictor, shared.n_tasks, graph.measured_s, table.workloads,
+                     shared)
 
 
 def _sync_for(device: str) -> Callable[[], object]:
@@ -108,3 +173,77 @@ def _sync_for(device: str) -> Callable[[], object]:
 
         return lambda: torch.cuda.synchronize(device)
     return lambda: None
+
+
+# -- the user's own model ---------------------------------------------------------------
+
+def training_step(model: Any, batch: Any, loss_fn: Callable[[Any, Any], Any],
+                  optimizer: Any) -> Callable[[], None]:
+    """One training iteration as a callable: ``optimizer.zero_grad()``, then
+    ``loss_fn(model, batch).backward()``, then ``optimizer.step()``."""
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(model, batch).backward()
+        optimizer.step()
+
+    return step
+
+
+def predict_model(model: Any, batch: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any,
+                  *, items: int | None = None, name: str = "user_model",
+                  results: str | Path = "results", device: str | None = None,
+                  threads: int | None = None, measure: bool = True) -> E2EResult:
+    """Predict (and measure) one training iteration of a user's model.
+
+    ``loss_fn(model, batch)`` returns the loss tensor of one batch; one
+    iteration is zero_grad, loss, backward, ``optimizer.step()``. Predictions
+    use the fitted predictors and the shared overhead table stored under
+    ``results/<device-key>/`` (run ``pytest suites/ -m "microbench or e2e"``
+    first to create them). ``items`` (samples per batch, for items/s) defaults
+    to the leading dim of the first tensor in ``batch``. The model's own
+    overhead samples are not added to the shared table.
+    """
+    import torch
+
+    from perfmodel.device import detect_device
+    from perfmodel.fitting import load_latest_fit
+    from perfmodel.store import ResultStore
+
+    spec = detect_device(device, Path(results), threads=threads)
+    torch_device = "cpu" if spec.kind == "cpu" else f"cuda:{spec.index or 0}"
+    store = ResultStore(Path(results), spec.key)
+    fit, _ = load_latest_fit(store)
+    if fit is None:
+        raise LookupError(f"no fitted predictors under {store.dir}; run "
+                          f"`pytest suites/ -m microbench` first")
+    table, _ = shared_table(store.dir, spec.mem_bandwidth_Bps)
+    return predict_step(training_step(model, batch, loss_fn, optimizer),
+                        items if items is not None else batch_items(batch), name, fit, table,
+                        torch_device, spec.mem_bandwidth_Bps, measure)
+
+
+def predict_step(step: Callable[[], object], items: int, name: str, fit, table: OverheadTable,
+                 device: str, bandwidth_B_per_s: float, measure: bool = True) -> E2EResult:
+    """Trace ``step`` into a temporary folder, predict it with ``fit`` and
+    ``table``, and measure it: :func:`predict_model` with everything given."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="perfmodel-trace-") as tmp:
+        files = capture_trace(step, Path(tmp), name, TRACE_ITERATIONS, TRACE_WARMUP, device)
+        graph = build_graph(load_trace(files.et, files.kineto))
+    return predict_and_measure(name, step, items, graph, fit, table, device, bandwidth_B_per_s,
+                               measure)
+
+
+def batch_items(batch: Any) -> int:
+    """Samples in ``batch``: the leading dim of its first tensor (1 if none)."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    values = batch.values() if isinstance(batch, dict) else batch
+    if isinstance(values, (list, tuple)) or hasattr(values, "__iter__"):
+        for value in values:
+            if isinstance(value, torch.Tensor) and value.dim():
+                return int(value.shape[0])
+    return 1

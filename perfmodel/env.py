@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -37,6 +38,7 @@ def environment(device_key: str, threads: int | None, cwd: Path | None = None) -
     return {
         "device_key": device_key,
         "threads": threads,
+        "python": platform.python_version(),
         "torch": package_version("torch"),
         "fbgemm": fbgemm_version(),
         "perfmodel": package_version("perfmodel"),

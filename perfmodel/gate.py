@@ -1,91 +1,362 @@
-"""The CI gate: compare each workload's E2E prediction error with the stored baseline.
+"""The CI gate: compare each workload's E2E prediction error with a noise-aware baseline.
 
-Errors are fractions (0.05 = 5%); the tolerance is in the same unit, so a
-tolerance of 0.05 allows the error to grow by five percentage points.
+Errors are fractions (0.05 = 5%). The baseline keeps, per workload, the errors of
+``n`` repeated runs of unchanged code, their mean and their sample standard
+deviation (the spread). A new error fails when it exceeds
+
+    allowed = mean + max(k * spread, min_margin)
+
+so a noisy workload gets room in proportion to its measured noise, and a quiet one
+still gets ``min_margin`` (one percentage point by default) rather than none.
+An optional absolute ceiling per workload fails regardless of the baseline.
+
+The baseline file (``results/<device-key>/baseline.json``, schema 2) is plain JSON::
+
+    {"schema": 2, "device_key": "cpu-...", "created_unix_s": 1.7e9, "env": {...},
+     "workloads": {"mlp_small": {"mean": 0.05, "spread": 0.01, "n": 5,
+                                 "errors": [0.04, 0.05, ...]}}}
 """
 
 from __future__ import annotations
 
 import json
+import math
+import statistics
 import time
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from perfmodel.plaindata import write_json_atomic
 
-BASELINE_SCHEMA = 1
+BASELINE_SCHEMA = 2
+DEFAULT_SPREAD_K = 3.0
+DEFAULT_MIN_MARGIN = 0.01
+#: Environment keys whose change between baseline and run is worth a warning.
+WARN_ENV_KEYS = ("torch", "fbgemm", "python")
+#: Relative and absolute slack when checking a stored mean/spread against its errors.
+_CONSISTENCY_REL = 1e-9
+_CONSISTENCY_ABS = 1e-12
+
+_TOP_KEYS = ("schema", "device_key", "created_unix_s", "env", "workloads")
+_ENTRY_KEYS = ("mean", "spread", "n", "errors")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_error_value(value: object, what: str) -> float:
+    """``value`` as a float when it is a finite, non-negative number; ValueError otherwise."""
+    if not _is_number(value) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{what} = {value!r} is not a finite, non-negative fraction")
+    return float(value)
+
+
+# -- the baseline ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BaselineEntry:
+    """One workload's E2E errors over ``n`` repeated runs (fractions).
+
+    ``mean`` is their mean and ``spread`` their sample standard deviation
+    (0 when ``n == 1``).
+    """
+
+    mean: float
+    spread: float
+    n: int
+    errors: tuple[float, ...]
+
+    @classmethod
+    def from_errors(cls, errors: Iterable[float]) -> BaselineEntry:
+        """The entry summarising ``errors``; ValueError when empty, negative or not finite."""
+        values = tuple(_check_error_value(e, f"errors[{i}]") for i, e in enumerate(errors))
+        if not values:
+            raise ValueError("a baseline entry needs at least one E2E error; got none")
+        spread = statistics.stdev(values) if len(values) > 1 else 0.0
+        return cls(float(statistics.mean(values)), float(spread), len(values), values)
+
+    def to_dict(self) -> dict:
+        """JSON-safe form, as stored under ``workloads`` in the baseline file."""
+        return {"mean": self.mean, "spread": self.spread, "n": self.n,
+                "errors": list(self.errors)}
 
 
 @dataclass(frozen=True)
 class Baseline:
-    """Per-workload E2E errors recorded on one device (fractions)."""
+    """Per-workload E2E error statistics recorded on one device."""
 
     device_key: str
-    errors: dict[str, float]
+    entries: dict[str, BaselineEntry]
     env: dict
+    created_unix_s: float | None = None
+
+
+def save_baseline(path: Path, device_key: str,
+                  errors_by_workload: Mapping[str, Sequence[float]], env: dict,
+                  created_unix_s: float | None = None) -> Baseline:
+    """Write a schema-2 baseline from each workload's repeated E2E errors (fractions).
+
+    The write is atomic; ``created_unix_s`` defaults to now. Returns what was written.
+    ValueError when a workload has no errors or a bad one.
+    """
+    entries = {}
+    for workload, errors in sorted(errors_by_workload.items()):
+        try:
+            entries[workload] = BaselineEntry.from_errors(errors)
+        except ValueError as exc:
+            raise ValueError(f"{path}: workload {workload!r}: {exc}") from None
+    created = time.time() if created_unix_s is None else float(created_unix_s)
+    write_json_atomic(path, {
+        "schema": BASELINE_SCHEMA, "device_key": device_key, "created_unix_s": created,
+        "env": dict(env), "workloads": {w: e.to_dict() for w, e in entries.items()}})
+    return Baseline(device_key, entries, dict(env), created)
+
+
+def load_baseline(path: Path) -> Baseline | None:
+    """The baseline at ``path``; None when there is none.
+
+    Plain JSON only. ValueError naming ``path`` and the offending key and value when
+    the file is unreadable, of another schema, or holds a bad or inconsistent value.
+    """
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"),
+                          parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: baseline is not readable JSON ({exc})") from None
+    except ValueError as exc:
+        raise ValueError(f"{path}: baseline is not plain JSON ({exc})") from None
+    try:
+        return _baseline_from_dict(data)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key!r} appears twice")
+        out[key] = value
+    return out
+
+
+def _baseline_from_dict(data: object) -> Baseline:
+    if not isinstance(data, dict):
+        raise ValueError(f"not a perfmodel baseline: top level is a JSON "
+                         f"{type(data).__name__}, not an object")
+    schema = data.get("schema")
+    if schema == 1:
+        raise ValueError("old baseline (schema 1, one error per workload); re-save it "
+                         "with --perfmodel-save-baseline to record repeated runs (schema 2)")
+    if schema != BASELINE_SCHEMA:
+        raise ValueError(f"'schema' = {schema!r}: not a perfmodel baseline of schema "
+                         f"{BASELINE_SCHEMA}")
+    _exact_keys(data, _TOP_KEYS, "baseline")
+    device_key = data["device_key"]
+    if not isinstance(device_key, str) or not device_key:
+        raise ValueError(f"'device_key' = {device_key!r} is not a non-empty string")
+    created = data["created_unix_s"]
+    if not _is_number(created) or not math.isfinite(created) or created < 0:
+        raise ValueError(f"'created_unix_s' = {created!r} is not a non-negative number "
+                         f"of seconds")
+    if not isinstance(data["env"], dict):
+        raise ValueError(f"'env' = {data['env']!r} is not an object")
+    workloads = data["workloads"]
+    if not isinstance(workloads, dict):
+        raise ValueError(f"'workloads' = {workloads!r} is not an object")
+    entries = {name: _entry_from_dict(name, raw) for name, raw in workloads.items()}
+    return Baseline(device_key, entries, data["env"], float(created))
+
+
+def _exact_keys(d: dict, keys: tuple[str, ...], what: str) -> None:
+    missing = [k for k in keys if k not in d]
+    if missing:
+        raise ValueError(f"{what} lacks key(s) {', '.join(map(repr, missing))}")
+    unknown = sorted(set(d) - set(keys))
+    if unknown:
+        raise ValueError(f"{what} has unknown key(s) {', '.join(map(repr, unknown))}")
+
+
+def _entry_from_dict(name: str, raw: object) -> BaselineEntry:
+    where = f"workloads.{name}"
+    if not isinstance(raw, dict):
+        raise ValueError(f"'{where}' = {raw!r} is not an object")
+    _exact_keys(raw, _ENTRY_KEYS, f"'{where}'")
+    errors = raw["errors"]
+    if not isinstance(errors, list) or not errors:
+        raise ValueError(f"'{where}.errors' = {errors!r} is not a non-empty list")
+    values = tuple(_check_error_value(e, f"'{where}.errors[{i}]'") for i, e in enumerate(errors))
+    n = raw["n"]
+    if not isinstance(n, int) or isinstance(n, bool) or n != len(values):
+        raise ValueError(f"'{where}.n' = {n!r} does not match the {len(values)} "
+                         f"error(s) in '{where}.errors'")
+    mean = _check_error_value(raw["mean"], f"'{where}.mean'")
+    spread = _check_error_value(raw["spread"], f"'{where}.spread'")
+    expected = BaselineEntry.from_errors(values)
+    for key, stored, derived in (("mean", mean, expected.mean),
+                                 ("spread", spread, expected.spread)):
+        if not math.isclose(stored, derived, rel_tol=_CONSISTENCY_REL,
+                            abs_tol=_CONSISTENCY_ABS):
+            raise ValueError(f"'{where}.{key}' = {stored!r} does not match the {key} of "
+                             f"'{where}.errors' ({derived!r})")
+    return BaselineEntry(mean, spread, n, values)
+
+
+# -- verdicts ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GatePolicy:
+    """How much an E2E error (a fraction) may exceed its baseline mean.
+
+    ``k`` multiplies the baseline spread; ``min_margin`` is the least allowed growth
+    (0.01 = one percentage point); ``ceilings`` maps a workload to an absolute
+    error it must never exceed, baseline or not.
+    """
+
+    k: float = DEFAULT_SPREAD_K
+    min_margin: float = DEFAULT_MIN_MARGIN
+    ceilings: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not _is_number(self.k) or not math.isfinite(self.k) or self.k <= 0:
+            raise ValueError(f"GatePolicy k = {self.k!r} is not a positive number")
+        _check_error_value(self.min_margin, "GatePolicy min_margin")
+        for workload, ceiling in self.ceilings.items():
+            if not _is_number(ceiling) or not math.isfinite(ceiling) or ceiling <= 0:
+                raise ValueError(f"GatePolicy ceilings[{workload!r}] = {ceiling!r} is not "
+                                 f"a positive fraction")
+
+    def allowed(self, entry: BaselineEntry) -> float:
+        """The largest E2E error (fraction) that passes against ``entry``."""
+        return entry.mean + max(self.k * entry.spread, self.min_margin)
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """The gate's decision for one workload."""
+    """The gate's decision for one workload (all errors are fractions).
+
+    ``status`` is one of ``ok``, ``regressed`` (error above the allowed one),
+    ``over_ceiling`` (error above the workload's ceiling; checked first), ``new``
+    (no baseline entry), ``missing`` (in the baseline and expected, but no error)
+    or ``invalid`` (the error is negative or not a finite number).
+    """
 
     workload: str
-    status: str  # "ok" | "regressed" | "new"
-    new_error: float
-    baseline_error: float | None
-    tolerance: float
+    status: str
+    error: float | None
+    entry: BaselineEntry | None
+    policy: GatePolicy
 
     @property
     def failed(self) -> bool:
-        return self.status == "regressed"
+        return self.status in ("regressed", "over_ceiling", "missing", "invalid")
+
+    @property
+    def allowed(self) -> float | None:
+        """Largest passing error against the baseline, None without an entry."""
+        return None if self.entry is None else self.policy.allowed(self.entry)
+
+    @property
+    def ceiling(self) -> float | None:
+        return self.policy.ceilings.get(self.workload)
 
     def line(self) -> str:
         """One human-readable line; failing ones start with ``FAIL``."""
+        w = self.workload
+        if self.status == "missing":
+            return f"FAIL {w}: in the baseline but produced no E2E result"
+        if self.status == "invalid":
+            return f"FAIL {w}: E2E error {self.error!r} is not a finite, non-negative fraction"
+        if self.status == "over_ceiling":
+            return (f"FAIL {w}: E2E error {self.error:.2%} exceeds the ceiling "
+                    f"{self.ceiling:.2%} set in pyproject.toml")
         if self.status == "new":
-            return (f"NEW  {self.workload}: E2E error {self.new_error:.2%} "
-                    f"(no baseline entry; save one with --perfmodel-save-baseline)")
-        verb = "FAIL" if self.failed else "ok  "
-        relation = "exceeds" if self.failed else "within"
-        return (f"{verb} {self.workload}: E2E error {self.new_error:.2%} {relation} baseline "
-                f"{self.baseline_error:.2%} + tolerance {self.tolerance:.2%}")
+            return (f"NEW  {w}: E2E error {self.error:.2%} (no baseline entry; save one "
+                    f"with --perfmodel-save-baseline)")
+        verb, relation = ("FAIL", "exceeds") if self.failed else ("ok  ", "within")
+        return (f"{verb} {w}: E2E error {self.error:.2%} {relation} baseline "
+                f"{self.entry.mean:.2%} + {self._margin_text()} (allowed {self.allowed:.2%})")
+
+    def _margin_text(self) -> str:
+        k, spread = self.policy.k, self.entry.spread
+        if k * spread >= self.policy.min_margin:
+            return f"{_k_text(k)}×spread {spread:.2%}"
+        return f"minimum margin {self.policy.min_margin:.2%}"
 
 
-def load_baseline(path: Path) -> Baseline | None:
-    """The baseline at ``path``, None when there is none; ValueError naming the file if bad."""
-    if not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: baseline is not readable JSON ({exc})") from None
-    if not isinstance(data, dict) or data.get("schema") != BASELINE_SCHEMA:
-        raise ValueError(f"{path}: not a perfmodel baseline of schema {BASELINE_SCHEMA}")
-    errors = data.get("errors")
-    if not isinstance(errors, dict) or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
-            for v in errors.values()):
-        raise ValueError(f"{path}: 'errors' must map workload names to non-negative fractions")
-    return Baseline(str(data.get("device_key")), {k: float(v) for k, v in errors.items()},
-                    data.get("env") if isinstance(data.get("env"), dict) else {})
+def _k_text(k: float) -> str:
+    """``3`` -> ``3.0``, ``2.5`` -> ``2.5``: a multiplier that reads as one."""
+    text = f"{k:g}"
+    return text if any(c in text for c in ".e") else text + ".0"
 
 
-def save_baseline(path: Path, device_key: str, errors: Mapping[str, float], env: dict) -> None:
-    """Write the current per-workload errors as the new baseline."""
-    write_json_atomic(path, {"schema": BASELINE_SCHEMA, "device_key": device_key,
-                             "created_unix_s": time.time(), "env": env,
-                             "errors": dict(sorted(errors.items()))})
+@dataclass(frozen=True)
+class GateReport:
+    """Verdicts sorted by workload, plus ``WARN`` lines about the comparison itself."""
+
+    verdicts: list[Verdict]
+    warnings: list[str]
+
+    @property
+    def failed(self) -> bool:
+        return any(v.failed for v in self.verdicts)
+
+    def lines(self) -> list[str]:
+        """Warnings first, then one line per verdict."""
+        return [*self.warnings, *(v.line() for v in self.verdicts)]
 
 
-def check_errors(errors: Mapping[str, float], baseline: Baseline,
-                 tolerance: float) -> list[Verdict]:
-    """A verdict per measured workload: regressed when error > baseline + tolerance."""
-    verdicts = []
-    for workload, error in sorted(errors.items()):
-        base = baseline.errors.get(workload)
-        if base is None:
-            verdicts.append(Verdict(workload, "new", error, None, tolerance))
-        else:
-            status = "regressed" if error > base + tolerance else "ok"
-            verdicts.append(Verdict(workload, status, error, base, tolerance))
-    return verdicts
+def check_errors(errors: Mapping[str, float], baseline: Baseline, policy: GatePolicy,
+                 expected: Iterable[str] = (), device_key: str | None = None,
+                 env: Mapping | None = None) -> GateReport:
+    """Judge each workload's E2E error (fraction) against ``baseline`` under ``policy``.
+
+    Workloads in ``expected`` that the baseline has but ``errors`` lacks are reported
+    ``missing``; baseline workloads not expected (deselected) are not reported.
+    ``device_key`` and ``env`` describe this run; differences from the baseline's
+    become warnings, not failures.
+    """
+    verdicts = [_judge(w, e, baseline.entries.get(w), policy) for w, e in errors.items()]
+    verdicts += [Verdict(w, "missing", None, baseline.entries[w], policy)
+                 for w in set(expected) if w in baseline.entries and w not in errors]
+    verdicts.sort(key=lambda v: v.workload)
+    return GateReport(verdicts, _warnings(baseline, device_key, env))
+
+
+def _judge(workload: str, error: float, entry: BaselineEntry | None,
+           policy: GatePolicy) -> Verdict:
+    if not _is_number(error) or not math.isfinite(error) or error < 0:
+        return Verdict(workload, "invalid", error, entry, policy)
+    ceiling = policy.ceilings.get(workload)
+    if ceiling is not None and error > ceiling:
+        status = "over_ceiling"
+    elif entry is None:
+        status = "new"
+    else:
+        status = "regressed" if error > policy.allowed(entry) else "ok"
+    return Verdict(workload, status, float(error), entry, policy)
+
+
+def _warnings(baseline: Baseline, device_key: str | None, env: Mapping | None) -> list[str]:
+    out = []
+    if device_key is not None and device_key != baseline.device_key:
+        out.append(f"WARN baseline was saved on device {baseline.device_key!r} but this run "
+                   f"is on {device_key!r}; its errors may not apply here")
+    if env is not None:
+        for key in WARN_ENV_KEYS:
+            then, now = baseline.env.get(key), env.get(key)
+            if then != now:
+                out.append(f"WARN {key} differs from the baseline's: baseline "
+                           f"{_version_text(then)}, this run {_version_text(now)}; re-save "
+                           f"the baseline with --perfmodel-save-baseline if this is intended")
+    return out
+
+
+def _version_text(value: object) -> str:
+    return "not recorded" if value is None else str(value)

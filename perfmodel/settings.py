@@ -5,23 +5,41 @@ Example::
     [tool.perfmodel]
     default_gmae_threshold = 0.15   # fraction; an accuracy item fails above it
     smoke_gmae_threshold = 1.5      # the smoke profile's few tiny configs: catches a broken fit
-    e2e_tolerance = 0.05            # fraction (5 percentage points) over the baseline error
+    e2e_spread_k = 3.0              # gate: allowed = baseline mean + max(k * spread, min margin)
+    e2e_min_margin = 0.01           # fraction (1 percentage point): the least allowed growth
+    baseline_runs = 5               # runs of each E2E workload --perfmodel-save-baseline records
 
     [tool.perfmodel.gmae_thresholds]
     "addmm.forward" = 0.10          # per "<op>.<direction>"
+
+    [tool.perfmodel.e2e_ceilings]
+    "mlp_small" = 0.40              # fraction; fails above it, baseline or not
 """
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from perfmodel.gate import DEFAULT_MIN_MARGIN, DEFAULT_SPREAD_K, GatePolicy
 from perfmodel.ops import OPS
 
 DEFAULT_GMAE_THRESHOLD = 0.15
 DEFAULT_SMOKE_GMAE_THRESHOLD = 1.5
-DEFAULT_E2E_TOLERANCE = 0.05
+DEFAULT_E2E_SPREAD_K = DEFAULT_SPREAD_K
+DEFAULT_E2E_MIN_MARGIN = DEFAULT_MIN_MARGIN
+DEFAULT_BASELINE_RUNS = 5
+
+_KNOWN_KEYS = ("default_gmae_threshold", "gmae_thresholds", "smoke_gmae_threshold",
+               "e2e_spread_k", "e2e_min_margin", "baseline_runs", "e2e_ceilings")
+#: Keys that used to exist, and what to do instead.
+_RETIRED_KEYS = {
+    "e2e_tolerance": "the gate now allows baseline mean + max(e2e_spread_k * spread, "
+                     "e2e_min_margin); set those (and [tool.perfmodel.e2e_ceilings] for an "
+                     "absolute cap) instead",
+}
 
 
 class SettingsError(ValueError):
@@ -30,12 +48,20 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class Settings:
-    """Accuracy thresholds and the E2E gate tolerance (fractions)."""
+    """Accuracy thresholds and the E2E gate's policy (fractions unless said otherwise).
+
+    ``e2e_spread_k`` multiplies the baseline spread; ``e2e_min_margin`` is the least
+    growth the gate allows; ``baseline_runs`` is how many times saving a baseline
+    repeats each E2E workload; ``e2e_ceilings`` caps a workload's error absolutely.
+    """
 
     default_gmae_threshold: float = DEFAULT_GMAE_THRESHOLD
     gmae_thresholds: dict[str, float] = field(default_factory=dict)
     smoke_gmae_threshold: float = DEFAULT_SMOKE_GMAE_THRESHOLD
-    e2e_tolerance: float = DEFAULT_E2E_TOLERANCE
+    e2e_spread_k: float = DEFAULT_E2E_SPREAD_K
+    e2e_min_margin: float = DEFAULT_E2E_MIN_MARGIN
+    baseline_runs: int = DEFAULT_BASELINE_RUNS
+    e2e_ceilings: dict[str, float] = field(default_factory=dict)
 
     def gmae_threshold(self, op: str, direction: str, profile: str = "quick") -> float:
         """Threshold of ``op.direction`` in ``profile``.
@@ -47,6 +73,11 @@ class Settings:
             return self.smoke_gmae_threshold
         return self.gmae_thresholds.get(f"{op}.{direction}", self.default_gmae_threshold)
 
+    def gate_policy(self) -> GatePolicy:
+        """The E2E gate's policy from these settings."""
+        return GatePolicy(k=self.e2e_spread_k, min_margin=self.e2e_min_margin,
+                          ceilings=dict(self.e2e_ceilings))
+
 
 def load_settings(pyproject: Path) -> Settings:
     """Settings from ``pyproject``; defaults when the file or the table is absent."""
@@ -57,37 +88,86 @@ def load_settings(pyproject: Path) -> Settings:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise SettingsError(f"{pyproject}: not valid TOML ({exc})") from None
     table = data.get("tool", {}).get("perfmodel", {})
-    known = {"default_gmae_threshold", "gmae_thresholds", "smoke_gmae_threshold", "e2e_tolerance"}
     for key in table:
-        if key not in known:
+        if key in _RETIRED_KEYS:
+            raise SettingsError(f"{pyproject}: [tool.perfmodel] {key} = {table[key]!r} is no "
+                                f"longer supported: {_RETIRED_KEYS[key]}")
+        if key not in _KNOWN_KEYS:
             raise SettingsError(f"{pyproject}: unknown key [tool.perfmodel] {key!r}; "
-                                f"known keys: {', '.join(sorted(known))}")
-    thresholds = table.get("gmae_thresholds", {})
+                                f"known keys: {', '.join(sorted(_KNOWN_KEYS))}")
+    return Settings(
+        default_gmae_threshold=_fraction(pyproject, "default_gmae_threshold",
+                                         table.get("default_gmae_threshold",
+                                                   DEFAULT_GMAE_THRESHOLD)),
+        gmae_thresholds=_gmae_thresholds(pyproject, table.get("gmae_thresholds", {})),
+        smoke_gmae_threshold=_fraction(pyproject, "smoke_gmae_threshold",
+                                       table.get("smoke_gmae_threshold",
+                                                 DEFAULT_SMOKE_GMAE_THRESHOLD)),
+        e2e_spread_k=_spread_k(pyproject, table.get("e2e_spread_k", DEFAULT_E2E_SPREAD_K)),
+        e2e_min_margin=_margin(pyproject, table.get("e2e_min_margin", DEFAULT_E2E_MIN_MARGIN)),
+        baseline_runs=_runs(pyproject, table.get("baseline_runs", DEFAULT_BASELINE_RUNS)),
+        e2e_ceilings=_ceilings(pyproject, table.get("e2e_ceilings", {})),
+    )
+
+
+def _gmae_thresholds(path: Path, thresholds: object) -> dict[str, float]:
     if not isinstance(thresholds, dict):
-        raise SettingsError(f"{pyproject}: [tool.perfmodel] gmae_thresholds must be a table")
+        raise SettingsError(f"{path}: [tool.perfmodel] gmae_thresholds must be a table")
     parsed = {}
     for name, value in thresholds.items():
         op, _, direction = name.partition(".")
         if op not in OPS or direction not in OPS[op].directions:
             raise SettingsError(
-                f"{pyproject}: [tool.perfmodel.gmae_thresholds] {name!r} is not a known "
+                f"{path}: [tool.perfmodel.gmae_thresholds] {name!r} is not a known "
                 f"'<op>.<direction>'; known ops: {', '.join(sorted(OPS))}")
-        parsed[name] = _fraction(pyproject, f"gmae_thresholds.{name}", value)
-    return Settings(
-        default_gmae_threshold=_fraction(pyproject, "default_gmae_threshold",
-                                         table.get("default_gmae_threshold",
-                                                   DEFAULT_GMAE_THRESHOLD)),
-        gmae_thresholds=parsed,
-        smoke_gmae_threshold=_fraction(pyproject, "smoke_gmae_threshold",
-                                       table.get("smoke_gmae_threshold",
-                                                 DEFAULT_SMOKE_GMAE_THRESHOLD)),
-        e2e_tolerance=_fraction(pyproject, "e2e_tolerance",
-                                table.get("e2e_tolerance", DEFAULT_E2E_TOLERANCE)),
-    )
+        parsed[name] = _fraction(path, f"gmae_thresholds.{name}", value)
+    return parsed
+
+
+def _ceilings(path: Path, ceilings: object) -> dict[str, float]:
+    """Per-workload E2E error ceilings (fractions); names must be registered workloads."""
+    if not isinstance(ceilings, dict):
+        raise SettingsError(f"{path}: [tool.perfmodel] e2e_ceilings = {ceilings!r} must be a "
+                            f"table of workload name = fraction")
+    from perfmodel.workloads import WORKLOADS  # lazily: the registry may import heavy code
+
+    parsed = {}
+    for name, value in ceilings.items():
+        if name not in WORKLOADS:
+            raise SettingsError(
+                f"{path}: [tool.perfmodel.e2e_ceilings] {name!r} is not a known workload; "
+                f"known workloads: {', '.join(sorted(WORKLOADS))}")
+        parsed[name] = _fraction(path, f"e2e_ceilings.{name}", value)
+    return parsed
 
 
 def _fraction(path: Path, key: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 10:
+    if not _is_number(value) or not 0 < value < 10:
         raise SettingsError(f"{path}: [tool.perfmodel] {key} = {value!r} is not a fraction "
                             f"such as 0.05 (= 5%)")
     return float(value)
+
+
+def _margin(path: Path, value: object) -> float:
+    if not _is_number(value) or not 0 <= value < 10:
+        raise SettingsError(f"{path}: [tool.perfmodel] e2e_min_margin = {value!r} is not a "
+                            f"fraction such as 0.01 (= 1 percentage point), or 0")
+    return float(value)
+
+
+def _spread_k(path: Path, value: object) -> float:
+    if not _is_number(value) or not math.isfinite(value) or value <= 0:
+        raise SettingsError(f"{path}: [tool.perfmodel] e2e_spread_k = {value!r} is not a "
+                            f"positive number such as 3.0 (times the baseline spread)")
+    return float(value)
+
+
+def _runs(path: Path, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 2:
+        raise SettingsError(f"{path}: [tool.perfmodel] baseline_runs = {value!r} is not a "
+                            f"whole number of runs >= 2 (a spread needs two runs)")
+    return value
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -12,6 +12,10 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 
 
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f}ms"
+
+
 def summary_lines(pm: PerfmodelSession, quiet: bool = False) -> list[str]:
     """Lines to print; with ``quiet`` only failures and warnings."""
     lines: list[str] = []
@@ -28,17 +32,23 @@ def summary_lines(pm: PerfmodelSession, quiet: bool = False) -> list[str]:
             lines.append(f"{name:<{width}}{_pct(acc.gmae):>7}{_pct(acc.gmae_extrapolation):>8}"
                          f"{_pct(acc.mape):>7}{_pct(acc.max_error):>8}"
                          f"{_pct(acc.noise_floor):>7}  {acc.chosen:<10}{acc.n_configs:>7}")
-    if pm.e2e and not quiet:
+    if (pm.e2e or pm.user_models) and not quiet:
         lines.append("")
-        lines.append(f"{'workload':<20}{'measured':>12}{'sd':>10}{'predicted':>12}{'error':>8}")
-        for r in pm.e2e:
-            lines.append(f"{r.workload:<20}{r.measured.median_s * 1e3:>10.2f}ms"
-                         f"{r.measured.sd_s * 1e3:>8.2f}ms{r.predicted_s * 1e3:>10.2f}ms"
-                         f"{_pct(r.error):>8}")
+        lines.append(f"{'workload':<20}{'measured':>10}{'sd':>8}{'predicted':>11}{'error':>8}"
+                     f"{'own-ovh':>9}{'unmodelled':>12}")
+        for r in [*pm.e2e, *pm.user_models]:
+            lines.append(f"{r.workload:<20}{_ms(r.measured.median_s):>10}{_ms(r.measured.sd_s):>8}"
+                         f"{_ms(r.predicted_s):>11}{_pct(r.error):>8}{_pct(r.error_own):>9}"
+                         f"{_pct(r.unmodelled_share):>12}")
+        for r in [*pm.e2e, *pm.user_models]:
+            top = ", ".join(f"{name} x{n} {_pct(share)}" for name, n, share in r.unmodelled[:3])
+            if top:
+                lines.append(f"  {r.workload} unmodelled (of traced time): {top}"[:100])
     for problem in pm.problems:
         lines.append(f"WARNING unreadable result data skipped: {problem}")
     if pm.gate.lines:
         if not quiet:
             lines.append("")
-        lines.extend(line for line in pm.gate.lines if not quiet or line.startswith("FAIL"))
+        lines.extend(line for line in pm.gate.lines
+                     if not quiet or line.startswith(("FAIL", "WARN")))
     return lines

@@ -2,7 +2,9 @@
 
 import pytest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.perfmodel_workloads("mlp_small")]
+pytestmark = [pytest.mark.e2e, pytest.mark.perfmodel_workloads(
+    "mlp_small", "dlrm_random", "dlrm_mlperf", "dlrm_ebag", "dlrm_tbe", "cnn_resnet",
+    "cnn_mobilenet", "transformer_encoder", "transformer_decoder", "hf_gpt2")]
 
 
 def test_e2e(workload, perfmodel_session):

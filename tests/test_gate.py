@@ -1,38 +1,273 @@
-"""Gate logic: verdicts and baseline files."""
+"""Gate logic: baseline entries and files, verdicts under a noise-aware policy, warnings."""
 
 import json
+import math
+import statistics
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from perfmodel.gate import Baseline, check_errors, load_baseline, save_baseline
+from perfmodel.gate import (BASELINE_SCHEMA, Baseline, BaselineEntry, GatePolicy, check_errors,
+                            load_baseline, save_baseline)
 
-
-def test_verdicts():
-    baseline = Baseline("cpu-x", {"a": 0.04, "b": 0.04}, {})
-    verdicts = {v.workload: v for v in check_errors({"a": 0.085, "b": 0.095, "c": 0.1},
-                                                    baseline, tolerance=0.05)}
-    assert verdicts["a"].status == "ok"
-    assert verdicts["b"].status == "regressed"
-    assert verdicts["c"].status == "new"
-    line = verdicts["b"].line()
-    assert line.startswith("FAIL b:") and "9.50%" in line and "4.00%" in line and "5.00%" in line
+DETERMINISTIC = settings(derandomize=True, database=None, deadline=None, max_examples=200,
+                         suppress_health_check=[HealthCheck.too_slow])
+ENV = {"torch": "2.13.0+cpu", "fbgemm": "1.8.0", "python": "3.11.9", "commit": "abc",
+       "threads": 2}
 
 
+def entry(*errors):
+    return BaselineEntry.from_errors(errors)
+
+
+def baseline(**entries):
+    return Baseline("cpu-x", dict(entries), dict(ENV))
+
+
+def by_name(report):
+    return {v.workload: v for v in report.verdicts}
+
+
+# -- BaselineEntry -----------------------------------------------------------------------
+def test_entry_from_errors_is_mean_and_sample_sd():
+    e = entry(0.02, 0.04, 0.06)
+    assert e.n == 3 and e.errors == (0.02, 0.04, 0.06)
+    assert e.mean == pytest.approx(0.04)
+    assert e.spread == pytest.approx(0.02)  # sample sd (n - 1), not population sd 0.0163
+
+
+def test_entry_of_one_run_has_zero_spread():
+    assert entry(0.05) == BaselineEntry(0.05, 0.0, 1, (0.05,))
+
+
+@pytest.mark.parametrize("errors", [(), (0.1, -0.01), (0.1, float("nan")), (float("inf"),),
+                                    ("0.1",), (True,)])
+def test_entry_rejects_empty_and_bad_errors(errors):
+    with pytest.raises(ValueError):
+        BaselineEntry.from_errors(errors)
+
+
+# -- verdicts ----------------------------------------------------------------------------
+def test_k_times_spread_sets_the_allowed_error():
+    base = baseline(a=BaselineEntry(0.032, 0.004, 5, (0.032,) * 5))  # spread planted
+    # allowed = 3.20% + 3 x 0.40% = 4.40%
+    policy = GatePolicy(k=3.0, min_margin=0.01)
+    ok = by_name(check_errors({"a": 0.0439}, base, policy))["a"]
+    bad = by_name(check_errors({"a": 0.091}, base, policy))["a"]
+    assert ok.status == "ok" and not ok.failed and ok.allowed == pytest.approx(0.044)
+    assert bad.status == "regressed" and bad.failed
+    assert bad.line() == ("FAIL a: E2E error 9.10% exceeds baseline 3.20% + 3.0×spread 0.40% "
+                          "(allowed 4.40%)")
+    assert ok.line().startswith("ok   a: E2E error 4.39% within baseline 3.20%")
+
+
+def test_min_margin_floors_a_quiet_baseline():
+    base = baseline(a=entry(0.05, 0.05, 0.05))  # spread 0: k x spread would allow nothing
+    policy = GatePolicy(k=3.0, min_margin=0.01)
+    assert by_name(check_errors({"a": 0.0599}, base, policy))["a"].status == "ok"
+    bad = by_name(check_errors({"a": 0.061}, base, policy))["a"]
+    assert bad.status == "regressed"
+    assert bad.line() == ("FAIL a: E2E error 6.10% exceeds baseline 5.00% + minimum margin "
+                          "1.00% (allowed 6.00%)")
+
+
+def test_larger_k_allows_more():
+    base = baseline(a=BaselineEntry(0.05, 0.01, 5, (0.05,) * 5))
+    error = {"a": 0.075}
+    assert check_errors(error, base, GatePolicy(k=2.0)).failed
+    assert not check_errors(error, base, GatePolicy(k=3.0)).failed
+    assert "2.5×spread 1.00%" in check_errors(error, base, GatePolicy(k=2.5)).verdicts[0].line()
+
+
+def test_ceiling_fails_even_within_the_baseline_and_without_one():
+    base = baseline(a=BaselineEntry(0.30, 0.05, 5, (0.30,) * 5))
+    policy = GatePolicy(ceilings={"a": 0.25, "b": 0.10})
+    report = check_errors({"a": 0.31, "b": 0.12, "c": 0.5}, base, policy)
+    v = by_name(report)
+    assert v["a"].status == "over_ceiling"  # within mean + 3 x spread, but over the cap
+    assert v["b"].status == "over_ceiling"  # no baseline entry at all
+    assert v["c"].status == "new" and not v["c"].failed
+    assert report.failed
+    assert v["b"].line() == ("FAIL b: E2E error 12.00% exceeds the ceiling 10.00% set in "
+                             "pyproject.toml")
+
+
+def test_error_at_the_ceiling_passes():
+    report = check_errors({"b": 0.10}, baseline(), GatePolicy(ceilings={"b": 0.10}))
+    assert report.verdicts[0].status == "new" and not report.failed
+
+
+def test_new_workload_does_not_fail():
+    report = check_errors({"z": 0.2}, baseline(a=entry(0.01)), GatePolicy())
+    assert [v.status for v in report.verdicts] == ["new"] and not report.failed
+    assert report.verdicts[0].line().startswith("NEW  z: E2E error 20.00%")
+
+
+def test_missing_fails_only_when_expected():
+    base = baseline(a=entry(0.01), b=entry(0.02), c=entry(0.03))
+    report = check_errors({"a": 0.01}, base, GatePolicy(), expected=["a", "b", "x"])
+    v = by_name(report)
+    assert set(v) == {"a", "b"}  # c was not expected (deselected); x has no baseline entry
+    assert v["b"].status == "missing" and report.failed
+    assert v["b"].line() == "FAIL b: in the baseline but produced no E2E result"
+    assert not check_errors({"a": 0.01}, base, GatePolicy(), expected=["a"]).failed
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -0.01])
+def test_invalid_error_fails_rather_than_passing(bad):
+    report = check_errors({"a": bad}, baseline(a=entry(0.05)), GatePolicy())
+    assert report.verdicts[0].status == "invalid" and report.failed
+    assert report.verdicts[0].line().startswith("FAIL a:")
+
+
+def test_verdicts_sorted_and_lines_put_warnings_first():
+    base = baseline(b=entry(0.01), a=entry(0.01))
+    report = check_errors({"b": 0.01}, base, GatePolicy(), expected=["a", "b"],
+                          device_key="cpu-y")
+    assert [v.workload for v in report.verdicts] == ["a", "b"]
+    lines = report.lines()
+    assert lines[0].startswith("WARN") and lines[1].startswith("FAIL a:")
+
+
+def test_warnings_name_device_and_changed_versions():
+    env = {**ENV, "torch": "2.14.0", "python": None, "commit": "def", "threads": 8}
+    report = check_errors({}, baseline(), GatePolicy(), device_key="cuda-h200", env=env)
+    assert len(report.warnings) == 3 and all(w.startswith("WARN ") for w in report.warnings)
+    device, torch, python = report.warnings
+    assert "'cpu-x'" in device and "'cuda-h200'" in device
+    assert "torch" in torch and "2.13.0+cpu" in torch and "2.14.0" in torch
+    assert "python" in python and "3.11.9" in python and "not recorded" in python
+    assert not report.failed  # warnings never fail the gate
+
+
+def test_no_warnings_when_same_or_not_given():
+    assert check_errors({}, baseline(), GatePolicy()).warnings == []
+    same = {**ENV, "commit": "other", "threads": 1}  # commit and threads do not warn
+    assert check_errors({}, baseline(), GatePolicy(), device_key="cpu-x", env=same).warnings == []
+
+
+@pytest.mark.parametrize("kwargs", [{"k": 0}, {"k": -1.0}, {"k": float("nan")},
+                                    {"min_margin": -0.01}, {"ceilings": {"a": 0}},
+                                    {"ceilings": {"a": "0.1"}}])
+def test_bad_policy_is_rejected(kwargs):
+    with pytest.raises(ValueError):
+        GatePolicy(**kwargs)
+
+
+# -- the property ------------------------------------------------------------------------
+errors_lists = st.lists(st.floats(min_value=0, max_value=5, allow_nan=False), min_size=1,
+                        max_size=10)
+policies = st.builds(GatePolicy, k=st.floats(min_value=0.1, max_value=10),
+                     min_margin=st.floats(min_value=0, max_value=0.2))
+
+
+@DETERMINISTIC
+@given(errors=errors_lists, policy=policies, excess=st.floats(min_value=0, max_value=1))
+def test_mean_never_fails_and_above_allowed_always_fails(errors, policy, excess):
+    e = BaselineEntry.from_errors(errors)
+    base = baseline(w=e)
+    assert not check_errors({"w": e.mean}, base, policy).failed
+    allowed = e.mean + max(policy.k * e.spread, policy.min_margin)
+    above = max(math.nextafter(allowed, math.inf), allowed + excess)
+    report = check_errors({"w": above}, base, policy)
+    assert report.failed and report.verdicts[0].status == "regressed"
+
+
+# -- the baseline file -------------------------------------------------------------------
 def test_baseline_roundtrip(tmp_path):
+    path = tmp_path / "cpu-x" / "baseline.json"
+    saved = save_baseline(path, "cpu-x", {"mlp": [0.03, 0.05, 0.04], "one": [0.2]}, ENV,
+                          created_unix_s=1.5e9)
+    loaded = load_baseline(path)
+    assert loaded == saved
+    assert loaded.device_key == "cpu-x" and loaded.env == ENV and loaded.created_unix_s == 1.5e9
+    assert loaded.entries["mlp"] == BaselineEntry(0.04, statistics.stdev([0.03, 0.05, 0.04]),
+                                                  3, (0.03, 0.05, 0.04))
+    assert loaded.entries["one"].spread == 0.0
+    data = json.loads(path.read_text())
+    assert data["schema"] == BASELINE_SCHEMA == 2
+    assert data["workloads"]["mlp"]["errors"] == [0.03, 0.05, 0.04]
+    assert list(tmp_path.joinpath("cpu-x").iterdir()) == [path]  # no temp file left behind
+
+
+def test_save_rejects_a_workload_without_errors(tmp_path):
     path = tmp_path / "baseline.json"
-    save_baseline(path, "cpu-x", {"mlp": 0.03}, {"torch": "2.13.0"})
-    baseline = load_baseline(path)
-    assert baseline.errors == {"mlp": 0.03} and baseline.device_key == "cpu-x"
+    with pytest.raises(ValueError, match="'mlp'"):
+        save_baseline(path, "cpu-x", {"mlp": []}, ENV)
+    assert not path.exists()
 
 
 def test_missing_baseline_is_none(tmp_path):
     assert load_baseline(tmp_path / "baseline.json") is None
 
 
-@pytest.mark.parametrize("text", ["{", json.dumps({"schema": 7}),
-                                  json.dumps({"schema": 1, "errors": {"a": "x"}})])
-def test_bad_baseline_names_the_file(tmp_path, text):
+def good_file():
+    errors = [0.03, 0.05]
+    return {"schema": 2, "device_key": "cpu-x", "created_unix_s": 1.5e9, "env": dict(ENV),
+            "workloads": {"mlp": {"mean": statistics.mean(errors),
+                                  "spread": statistics.stdev(errors), "n": 2,
+                                  "errors": errors}}}
+
+
+def test_the_good_file_loads(tmp_path):
+    path = tmp_path / "baseline.json"
+    path.write_text(json.dumps(good_file()))
+    assert load_baseline(path).entries["mlp"].n == 2
+
+
+def edit(change):
+    data = good_file()
+    change(data)
+    return json.dumps(data)
+
+
+def mlp(key, value):
+    return lambda d: d["workloads"]["mlp"].__setitem__(key, value)
+
+
+def top(key, value):
+    return lambda d: d.__setitem__(key, value)
+
+
+BAD_FILES = {
+    "not json": ("{", "not readable JSON"),
+    "NaN constant": (edit(mlp("mean", 0.0)).replace('"mean": 0.0', '"mean": NaN'), "NaN"),
+    "duplicate key": ('{"schema": 2, "schema": 2}', "'schema' appears twice"),
+    "list on top": ("[]", "list"),
+    "schema 1": (json.dumps({"schema": 1, "errors": {"a": 0.1}}),
+                 "old baseline.*--perfmodel-save-baseline"),
+    "schema 7": (edit(top("schema", 7)), "'schema' = 7"),
+    "no workloads": (edit(lambda d: d.pop("workloads")), "'workloads'"),
+    "unknown top key": (edit(top("errors", {})), "'errors'"),
+    "bad device key": (edit(top("device_key", "")), "'device_key' = ''"),
+    "bad created": (edit(top("created_unix_s", "today")), "'created_unix_s' = 'today'"),
+    "env not object": (edit(top("env", [])), "'env' = \\[\\]"),
+    "workloads list": (edit(top("workloads", [])), "'workloads' = \\[\\]"),
+    "entry not object": (edit(lambda d: d["workloads"].__setitem__("mlp", 0.1)),
+                         "'workloads.mlp' = 0.1"),
+    "entry lacks key": (edit(lambda d: d["workloads"]["mlp"].pop("spread")), "'spread'"),
+    "entry unknown key": (edit(mlp("median", 0.1)), "'median'"),
+    "empty errors": (edit(mlp("errors", [])), "'workloads.mlp.errors' = \\[\\]"),
+    "text error": (edit(mlp("errors", [0.03, "x"])), "'workloads.mlp.errors\\[1\\]' = 'x'"),
+    "negative error": (edit(mlp("errors", [0.03, -0.05])),
+                       "'workloads.mlp.errors\\[1\\]' = -0.05"),
+    "n mismatch": (edit(mlp("n", 3)), "'workloads.mlp.n' = 3"),
+    "n is text": (edit(mlp("n", "2")), "'workloads.mlp.n' = '2'"),
+    "negative mean": (edit(mlp("mean", -0.04)), "'workloads.mlp.mean' = -0.04"),
+    "mean is bool": (edit(mlp("mean", True)), "'workloads.mlp.mean' = True"),
+    "negative spread": (edit(mlp("spread", -1)), "'workloads.mlp.spread' = -1"),
+    "mean off its errors": (edit(mlp("mean", 0.5)), "'workloads.mlp.mean' = 0.5 does not match"),
+    "spread off": (edit(mlp("spread", 0.0)), "'workloads.mlp.spread' = 0.0 does not match"),
+}
+
+
+@pytest.mark.parametrize("text, expected", list(BAD_FILES.values()), ids=list(BAD_FILES))
+def test_bad_baseline_names_the_file_and_the_value(tmp_path, text, expected):
     path = tmp_path / "baseline.json"
     path.write_text(text)
-    with pytest.raises(ValueError, match=str(path)):
+    with pytest.raises(ValueError) as info:
         load_baseline(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ") and "\n" not in message
+    assert info.match(expected)

@@ -38,43 +38,89 @@ def run(pytester, results, *args):
         f"--perfmodel-threads={THREADS}", *args)
 
 
-def plant_baseline(results, key, error):
+def plant_baseline(results, key, errors, device_key=None):
+    """A schema-2 baseline of ``mlp_small`` with ``errors`` from repeated runs."""
+    from perfmodel.gate import save_baseline
+
     path = results / key / "baseline.json"
-    path.write_text(json.dumps({"schema": 1, "device_key": key, "env": {},
-                                "errors": {"mlp_small": error}}))
+    save_baseline(path, device_key or key, {"mlp_small": errors}, {})
     return path
+
+
+# Baseline errors 3%, 4%, 5%: mean 4.00%, spread (sd) 1.00%; with k = 3 the
+# allowed error is 7.00%.
+BASE = [0.03, 0.04, 0.05]
 
 
 def test_gate_passes_on_unchanged_baseline(pytester, planted_results):
     results, key = planted_results
-    plant_baseline(results, key, 0.04)
+    plant_baseline(results, key, BASE)
     pytester.makepyfile(GATE_SUITE.format(predicted=0.104))  # error 4%
     out = run(pytester, results, "-m", "e2e")
     assert out.ret == 0
-    out.stdout.fnmatch_lines(["ok   mlp_small: E2E error 4.00% within baseline 4.00% + tolerance 5.00%"])
+    out.stdout.fnmatch_lines(["ok   mlp_small: E2E error 4.00% within baseline 4.00% + "
+                              "3.0×spread 1.00% (allowed 7.00%)"])
     assert "FAIL" not in out.stdout.str()
 
 
 def test_gate_fails_on_planted_regression(pytester, planted_results):
     results, key = planted_results
-    plant_baseline(results, key, 0.04)
-    pytester.makepyfile(GATE_SUITE.format(predicted=0.125))  # error 25%
+    plant_baseline(results, key, BASE)
+    pytester.makepyfile(GATE_SUITE.format(predicted=0.108))  # error 8%
     out = run(pytester, results, "-m", "e2e")
     assert out.ret == pytest.ExitCode.TESTS_FAILED
-    out.stdout.fnmatch_lines(
-        ["FAIL mlp_small: E2E error 25.00% exceeds baseline 4.00% + tolerance 5.00%"])
+    out.stdout.fnmatch_lines(["FAIL mlp_small: E2E error 8.00% exceeds baseline 4.00% + "
+                              "3.0×spread 1.00% (allowed 7.00%)"])
     assert "Traceback" not in out.stdout.str() + out.stderr.str()
     out.assert_outcomes(passed=1)
 
 
-def test_tolerance_comes_from_pyproject(pytester, planted_results):
+def test_spread_multiplier_and_ceiling_come_from_pyproject(pytester, planted_results):
     results, key = planted_results
-    plant_baseline(results, key, 0.04)
-    pytester.makefile(".toml", pyproject="[tool.perfmodel]\ne2e_tolerance = 0.25\n")
+    plant_baseline(results, key, BASE)
+    pytester.makefile(".toml", pyproject="[tool.perfmodel]\ne2e_spread_k = 30\n")
     pytester.makepyfile(GATE_SUITE.format(predicted=0.125))
     out = run(pytester, results, "-m", "e2e")
     assert out.ret == 0
-    out.stdout.fnmatch_lines(["ok   mlp_small: * within baseline 4.00% + tolerance 25.00%"])
+    out.stdout.fnmatch_lines(["ok   mlp_small: * within baseline 4.00% + 30.0×spread 1.00%*"])
+    pytester.makefile(".toml", pyproject="[tool.perfmodel]\ne2e_spread_k = 30\n"
+                                         "[tool.perfmodel.e2e_ceilings]\nmlp_small = 0.2\n")
+    out = run(pytester, results, "-m", "e2e")
+    assert out.ret == pytest.ExitCode.TESTS_FAILED
+    out.stdout.fnmatch_lines(["FAIL mlp_small: E2E error 25.00% exceeds the ceiling 20.00%*"])
+
+
+def test_missing_workload_fails_unless_deselected(pytester, planted_results):
+    from perfmodel.gate import save_baseline
+
+    results, key = planted_results
+    save_baseline(results / key / "baseline.json", key,
+                  {"mlp_small": BASE, "dlrm_random": BASE}, {})
+    pytester.makepyfile("""
+import pytest
+from perfmodel.e2e import E2EResult, IterationTiming
+
+@pytest.mark.e2e
+@pytest.mark.perfmodel_workloads("mlp_small", "dlrm_random")
+def test_e2e(workload, perfmodel_session):
+    if workload == "mlp_small":  # dlrm_random produces no result
+        perfmodel_session.record_e2e(
+            E2EResult(workload, IterationTiming(0.1, 0.001, 15, 3, 2560.0), 0.104))
+""")
+    out = run(pytester, results, "-m", "e2e")
+    assert out.ret == pytest.ExitCode.TESTS_FAILED
+    out.stdout.fnmatch_lines(["FAIL dlrm_random: in the baseline but produced no E2E result"])
+    out = run(pytester, results, "-m", "e2e", "-k", "mlp_small")
+    assert out.ret == 0 and "dlrm_random" not in out.stdout.str()
+
+
+def test_baseline_from_another_device_warns(pytester, planted_results):
+    results, key = planted_results
+    plant_baseline(results, key, BASE, device_key="cpu-other-4c")
+    pytester.makepyfile(GATE_SUITE.format(predicted=0.104))
+    out = run(pytester, results, "-m", "e2e")
+    assert out.ret == 0
+    out.stdout.fnmatch_lines(["WARN baseline was saved on device 'cpu-other-4c'*"])
 
 
 def test_missing_baseline_is_a_message_not_a_crash(pytester, planted_results):
@@ -90,7 +136,7 @@ def test_save_baseline_then_gate(pytester, planted_results):
     pytester.makepyfile(GATE_SUITE.format(predicted=0.11))
     assert run(pytester, results, "-m", "e2e", "--perfmodel-save-baseline").ret == 0
     saved = json.loads((results / key / "baseline.json").read_text())
-    assert saved["errors"] == {"mlp_small": pytest.approx(0.1)}
+    assert saved["workloads"]["mlp_small"]["mean"] == pytest.approx(0.1)
     assert run(pytester, results, "-m", "e2e").ret == 0
 
 
@@ -101,7 +147,7 @@ def test_corrupt_baseline_fails_the_gate_with_its_path(pytester, planted_results
     pytester.makepyfile(GATE_SUITE.format(predicted=0.11))
     out = run(pytester, results, "-m", "e2e")
     assert out.ret == pytest.ExitCode.TESTS_FAILED
-    out.stdout.fnmatch_lines([f"FAIL perfmodel gate: {path}: baseline is not readable JSON*"])
+    out.stdout.fnmatch_lines([f"FAIL perfmodel gate: {path}: *"])
     assert "Traceback" not in out.stdout.str()
 
 

@@ -1,8 +1,13 @@
-"""[tool.perfmodel] settings: defaults, per-op thresholds, clear errors."""
+"""[tool.perfmodel] settings: defaults, per-op thresholds, the gate policy, clear errors."""
 
 import pytest
 
-from perfmodel.settings import DEFAULT_GMAE_THRESHOLD, SettingsError, load_settings
+from perfmodel.gate import GatePolicy
+from perfmodel.settings import (DEFAULT_BASELINE_RUNS, DEFAULT_GMAE_THRESHOLD, SettingsError,
+                                load_settings)
+from perfmodel.workloads import WORKLOADS
+
+WORKLOAD = min(WORKLOADS)
 
 
 def write(tmp_path, text):
@@ -14,27 +19,58 @@ def write(tmp_path, text):
 def test_defaults_without_file(tmp_path):
     s = load_settings(tmp_path / "pyproject.toml")
     assert s.gmae_threshold("addmm", "forward") == DEFAULT_GMAE_THRESHOLD
+    assert s.gate_policy() == GatePolicy(k=3.0, min_margin=0.01, ceilings={})
+    assert s.baseline_runs == DEFAULT_BASELINE_RUNS == 5
 
 
 def test_per_op_threshold(tmp_path):
-    s = load_settings(write(tmp_path, '[tool.perfmodel]\ne2e_tolerance = 0.02\n'
-                                      '[tool.perfmodel.gmae_thresholds]\n"linear.backward" = 0.08\n'))
+    s = load_settings(write(tmp_path, '[tool.perfmodel.gmae_thresholds]\n'
+                                      '"linear.backward" = 0.08\n'))
     assert s.gmae_threshold("linear", "backward") == 0.08
     assert s.gmae_threshold("linear", "forward") == DEFAULT_GMAE_THRESHOLD
-    assert s.e2e_tolerance == 0.02
     assert s.gmae_threshold("linear", "backward", "smoke") == s.smoke_gmae_threshold
+
+
+def test_gate_settings_become_the_policy(tmp_path):
+    s = load_settings(write(tmp_path, '[tool.perfmodel]\ne2e_spread_k = 2\n'
+                                      'e2e_min_margin = 0.02\nbaseline_runs = 8\n'
+                                      f'[tool.perfmodel.e2e_ceilings]\n"{WORKLOAD}" = 0.4\n'))
+    assert s.baseline_runs == 8
+    policy = s.gate_policy()
+    assert policy == GatePolicy(k=2.0, min_margin=0.02, ceilings={WORKLOAD: 0.4})
+    assert isinstance(policy.k, float)
+
+
+def test_zero_min_margin_is_allowed(tmp_path):
+    s = load_settings(write(tmp_path, '[tool.perfmodel]\ne2e_min_margin = 0\n'))
+    assert s.gate_policy().min_margin == 0.0
 
 
 @pytest.mark.parametrize("text, expected", [
     ('[tool.perfmodel.gmae_thresholds]\n"nosuchop.forward" = 0.1\n', "nosuchop.forward"),
     ('[tool.perfmodel.gmae_thresholds]\n"addmm.backward" = 0.1\n', "addmm.backward"),
-    ('[tool.perfmodel]\ndefault_gmae_threshold = "high"\n', "default_gmae_threshold"),
-    ('[tool.perfmodel]\ne2e_tolerance = -1\n', "e2e_tolerance"),
+    ('[tool.perfmodel]\ndefault_gmae_threshold = "high"\n', "default_gmae_threshold = 'high'"),
+    ('[tool.perfmodel]\ne2e_tolerance = 0.35\n', "e2e_tolerance = 0.35 is no longer supported"),
+    ('[tool.perfmodel]\ne2e_spread_k = 0\n', "e2e_spread_k = 0 "),
+    ('[tool.perfmodel]\ne2e_spread_k = -3.0\n', "e2e_spread_k = -3.0"),
+    ('[tool.perfmodel]\ne2e_spread_k = nan\n', "e2e_spread_k = nan"),
+    ('[tool.perfmodel]\ne2e_spread_k = "3"\n', "e2e_spread_k = '3'"),
+    ('[tool.perfmodel]\ne2e_min_margin = -0.01\n', "e2e_min_margin = -0.01"),
+    ('[tool.perfmodel]\ne2e_min_margin = inf\n', "e2e_min_margin = inf"),
+    ('[tool.perfmodel]\nbaseline_runs = 1\n', "baseline_runs = 1 "),
+    ('[tool.perfmodel]\nbaseline_runs = 5.0\n', "baseline_runs = 5.0"),
+    ('[tool.perfmodel]\nbaseline_runs = true\n', "baseline_runs = True"),
+    ('[tool.perfmodel]\ne2e_ceilings = 0.3\n', "e2e_ceilings = 0.3"),
+    ('[tool.perfmodel.e2e_ceilings]\nnosuchworkload = 0.3\n', "'nosuchworkload' is not a known"),
+    (f'[tool.perfmodel.e2e_ceilings]\n"{WORKLOAD}" = 0\n', f"e2e_ceilings.{WORKLOAD} = 0 "),
+    (f'[tool.perfmodel.e2e_ceilings]\n"{WORKLOAD}" = "40%"\n',
+     f"e2e_ceilings.{WORKLOAD} = '40%'"),
     ('[tool.perfmodel]\nthresholds = 1\n', "unknown key"),
     ('[tool.perfmodel\n', "not valid TOML"),
 ])
-def test_bad_settings_name_file_and_key(tmp_path, text, expected):
+def test_bad_settings_name_file_key_and_value(tmp_path, text, expected):
     path = write(tmp_path, text)
     with pytest.raises(SettingsError) as info:
         load_settings(path)
-    assert str(path) in str(info.value) and expected in str(info.value)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ") and expected in message and "\n" not in message

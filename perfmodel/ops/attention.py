@@ -103,5 +103,14 @@ class Sdpa(OpDef):
             return None
         return dict(zip(("B", "H", "S", "DH"), q))
 
+    def params_from_node(self, node):
+        """The shapes' ``B``, ``H``, ``S``, ``DH``, and ``CAUSAL`` from the
+        ``is_causal`` argument (the first Bool input; 0 when absent)."""
+        params = self.params_from_shapes(node.input_shapes)
+        if params is None:
+            return None
+        flags = [v for t, v in zip(node.input_types, node.input_values) if t == "Bool"]
+        return {**params, "CAUSAL": int(bool(flags and flags[0]))}
+
 
 OPS = (Sdpa(),)

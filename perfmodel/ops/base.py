@@ -118,6 +118,13 @@ class OpDef:
         ``None`` when the node is not an instance of this op."""
         raise NotImplementedError
 
+    def params_from_node(self, node) -> dict[str, int] | None:
+        """This op's config from a :class:`~perfmodel.trace.TraceNode` (whose
+        name is one of ``trace_names``), or None when the node is not an
+        instance of this op. Reads the input shapes unless an op needs more of
+        the node (scalar arguments, descendants)."""
+        return self.params_from_shapes(node.input_shapes)
+
 
 @lru_cache(maxsize=None)
 def _cached_configs(op: OpDef, profile: str) -> tuple[tuple[tuple[str, int], ...], ...]:

@@ -163,6 +163,25 @@ class _Conv(OpDef):
         out.update(zip(self.spatial, x[2:]))
         return out
 
+    def params_from_node(self, node):
+        """The shapes' params plus ``STRIDE``, ``PAD`` and ``DIL``: the first
+        three int-list arguments (``aten::conv<n>d`` and ``aten::convolution``
+        order). None when one is not the same in every spatial dim, or when the
+        padding is a string (``"same"``)."""
+        params = self.params_from_shapes(node.input_shapes)
+        if params is None:
+            return None
+        lists = [v for t, v in zip(node.input_types, node.input_values)
+                 if str(t).startswith("GenericList[Int") and isinstance(v, list)]
+        if len(lists) < 3:
+            return None
+        scalars = []
+        for values in lists[:3]:
+            if not values or any(not isinstance(v, int) or v != values[0] for v in values):
+                return None
+            scalars.append(values[0])
+        return {**params, **dict(zip(("STRIDE", "PAD", "DIL"), scalars))}
+
 
 class Conv2d(_Conv):
     """``torch.nn.functional.conv2d`` on an N×C×H×W input with a K×(C/GROUPS)×R×R weight."""

@@ -381,6 +381,33 @@ class _Tbe(_Embedding):
     def params_from_shapes(self, input_shapes):
         return None
 
+    def params_from_node(self, node):
+        """``T``, ``E``, ``D``, ``B`` and ``L`` from the lookup function's
+        arguments (fbgemm_gpu 1.8 ``*_function_pt2`` schema): the weights list
+        (first tensor T·E·D elements), ``D_offsets`` [T+1], ``max_D`` (the
+        second Int), ``indices`` [T·B·L] and ``offsets`` [T·B+1]. Tables of
+        one size and dim are assumed (as the microbenchmark builds them); the
+        index distribution is not in a trace, so ``ZIPF`` is uniform. None for
+        the backward kernel nodes and for any other layout."""
+        shapes, types, values = node.input_shapes, node.input_types, node.input_values
+        if len(shapes) < 9 or not str(types[1]).startswith("GenericList[Tensor"):
+            return None
+        ints = [v for t, v in zip(types, values) if t == "Int"]
+        try:
+            weights, (t_plus_1,), (n,), (bags_plus_1,) = \
+                shapes[1][0][0], shapes[2], shapes[7], shapes[8]
+            d = int(ints[1])
+        except (IndexError, TypeError, ValueError):
+            return None
+        t = t_plus_1 - 1
+        if min(t, d, n) < 1 or (bags_plus_1 - 1) % t or weights % (t * d):
+            return None
+        b = (bags_plus_1 - 1) // t
+        if b < 1 or n % (t * b):
+            return None
+        return {"B": b, "E": weights // (t * d), "T": t, "L": n // (t * b), "D": d,
+                "ZIPF": UNIFORM}
+
 
 class TbeSgd(_Tbe):
     name = "tbe_sgd"

@@ -20,6 +20,8 @@ adamw     12     as adam, plus the decoupled weight decay
 
 from __future__ import annotations
 
+import math
+
 from perfmodel.ops.base import DTYPE_BYTES, OpDef, check_profile, torch_dtype
 from perfmodel.ops.base import random_configs
 
@@ -52,7 +54,10 @@ class OptimizerStep(OpDef):
             _OPTIMIZERS[optimizer]
         # The fused kernels have their own ATen ops; foreach steps are a run of
         # _foreach_* ops shared by every optimizer, so they name no single op.
-        self.trace_names = (f"aten::_fused_{optimizer}_",) if variant == "fused" else ()
+        # In a trace, a step is the ``Optimizer.step#<Class>.step`` scope; the
+        # variant shows in the ops under it (``aten::_foreach_*`` or
+        # ``aten::_fused_<optimizer>_``).
+        self.trace_names = (f"Optimizer.step#{self._class_name}.step",)
 
     def configs(self, profile):
         check_profile(profile)
@@ -97,8 +102,27 @@ class OptimizerStep(OpDef):
         return float(self._tensors * DTYPE_BYTES[dtype] * params["NTENSORS"] * params["NUMEL"])
 
     def params_from_shapes(self, input_shapes):
-        """A step's trace node lists tensor lists whose sizes may differ; the
-        equal-size config cannot be read from it."""
+        """A step's own node has no inputs; see :meth:`params_from_node`."""
+        return None
+
+    def params_from_node(self, node):
+        """``NTENSORS`` and ``NUMEL`` (mean elements per tensor, rounded) from
+        the first tensor list of the first ``aten::_foreach_*`` (foreach) or
+        ``aten::_fused_<optimizer>_`` (fused) op under the step; None when the
+        step ran the other variant or the per-tensor loop."""
+        marker = "aten::_foreach_" if self.variant == "foreach" else \
+            f"aten::_fused_{self.optimizer}"
+        other = "aten::_fused_" if self.variant == "foreach" else "aten::_foreach_"
+        below = list(node.walk())[1:]
+        if any(n.name.startswith(other) for n in below):
+            return None
+        for n in below:
+            if n.name.startswith(marker) and n.input_shapes \
+                    and str(n.input_types[0]).startswith("GenericList"):
+                sizes = [math.prod(s) for s in n.input_shapes[0] if isinstance(s, list)]
+                if not sizes:
+                    return None
+                return {"NTENSORS": len(sizes), "NUMEL": max(1, round(sum(sizes) / len(sizes)))}
         return None
 
 

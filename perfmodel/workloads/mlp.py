@@ -1,17 +1,14 @@
-"""A small MLP training step (forward, MSE loss, backward, SGD step).
-
-Its prediction is the placeholder E2E path: the Linear layers come from the
-fitted GEMM predictors; the remaining ops (ReLU, loss, optimizer step) are
-timed in isolation with the Timer, and host overheads are not modelled yet.
-The trace-driven simulator replaces this.
-"""
+"""A small MLP training step: Linear/ReLU layers, MSE loss, backward, and a
+foreach SGD step with momentum 0.9 (the ``sgd_foreach`` microbenchmark's)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Callable
+from typing import ClassVar
 
 from perfmodel.ops.base import torch_dtype
+from perfmodel.workloads.base import TrainingStep
 
 
 @dataclass(frozen=True)
@@ -22,12 +19,30 @@ class MLPConfig:
     widths: tuple[int, ...] = (256, 1024, 1024, 512, 1)
     dtype: str = "float32"
     lr: float = 0.01
+    name: str = "mlp"
+    kind: ClassVar[str] = "mlp"
 
     @property
     def layers(self) -> list[dict[str, int]]:
         """``linear`` configs of the layers, in order."""
         return [{"B": self.batch, "IN": i, "OUT": o}
                 for i, o in zip(self.widths[:-1], self.widths[1:])]
+
+    def tiny(self) -> MLPConfig:
+        """Batch 8, widths 8-16-1."""
+        return dataclasses.replace(self, name=f"{self.name}_tiny", batch=8, widths=(8, 16, 1))
+
+    def full_size(self) -> MLPConfig:
+        """16 times the batch, 4 times every width but the output."""
+        return dataclasses.replace(self, name=f"{self.name}_full", batch=16 * self.batch,
+                                   widths=tuple(4 * w for w in self.widths[:-1])
+                                   + self.widths[-1:])
+
+    def build(self, device: str, seed: int = 0) -> TrainingStep:
+        """The MLP on ``device``; see :func:`build_mlp`."""
+        built = build_mlp(self, device, seed)
+        built.model.train()
+        return TrainingStep(self.name, built.model, built.step, self.batch)
 
 
 @dataclass
@@ -39,13 +54,15 @@ class MLPStep:
     targets: object
     optimizer: object
 
-    def step(self) -> None:
+    def step(self):
+        """One iteration; returns the loss (a 0-d tensor, not synchronised)."""
         import torch.nn.functional as F
 
         self.optimizer.zero_grad(set_to_none=True)
         loss = F.mse_loss(self.model(self.inputs), self.targets)
         loss.backward()
         self.optimizer.step()
+        return loss.detach()
 
 
 def build_mlp(cfg: MLPConfig, device: str, seed: int = 0) -> MLPStep:
@@ -62,29 +79,5 @@ def build_mlp(cfg: MLPConfig, device: str, seed: int = 0) -> MLPStep:
     model = torch.nn.Sequential(*layers).to(device=device, dtype=dtype)
     inputs = torch.randn(cfg.batch, cfg.widths[0], device=device, dtype=dtype)
     targets = torch.randn(cfg.batch, cfg.widths[-1], device=device, dtype=dtype)
-    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9, foreach=True)
     return MLPStep(model, inputs, targets, optimizer)
-
-
-def non_gemm_runners(cfg: MLPConfig, device: str) -> dict[str, list[Callable[[], object]]]:
-    """Isolated callables of the step's non-GEMM work, grouped by breakdown bucket."""
-    import torch
-    import torch.nn.functional as F
-
-    t = dict(device=device, dtype=torch_dtype(cfg.dtype))
-    runners: dict[str, list[Callable[[], object]]] = {"relu": [], "loss": [], "optimizer": []}
-    for width in cfg.widths[1:-1]:
-        h = torch.randn(cfg.batch, width, requires_grad=True, **t)
-        out = torch.relu(h)
-        grad = torch.randn_like(out)
-        runners["relu"].append(lambda h=h: torch.relu(h))
-        runners["relu"].append(
-            lambda out=out, h=h, grad=grad: torch.autograd.grad(out, h, grad, retain_graph=True))
-    pred = torch.randn(cfg.batch, cfg.widths[-1], requires_grad=True, **t)
-    target = torch.randn(cfg.batch, cfg.widths[-1], **t)
-    runners["loss"].append(lambda: torch.autograd.grad(F.mse_loss(pred, target), pred))
-    step = build_mlp(cfg, device)
-    for p in step.model.parameters():
-        p.grad = torch.randn_like(p)
-    runners["optimizer"].append(step.optimizer.step)
-    return runners

@@ -1,0 +1,191 @@
+"""Host-side overheads measured from traces, and the per-device overhead table.
+
+Taxonomy (after the seed work's T1-T5), keys of :attr:`OverheadTable.gaps`:
+
+- ``T1.<parent>.<next>``: the gap between two sibling ops under a parent of
+  category ``<parent>`` (``iteration``, ``autograd``, ``optimizer``, ``op``)
+  when the next one is of category ``<next>``: Python and module-call
+  overhead in the forward, autograd-engine scheduling in the backward;
+- ``T2.<parent>``: from the start of an opened parent to its first child;
+- ``T3.<parent>``: from its last child's end to its own end;
+- ``T4``: one kernel launch (the runtime call), CUDA traces only;
+- ``T5``: the gap between consecutive launches of one op, CUDA traces only;
+- ``T2.launch`` / ``T3.launch``: op start to first launch, last launch to op
+  end, CUDA traces only.
+
+Unmodelled nodes are priced per name as ``leaf[name] + bytes / bandwidth``:
+the leaf cost is the median of ``duration - bytes / bandwidth`` over every
+trace node of that name, floored at 0.
+
+One table per device, written to ``results/<device-key>/overheads.json``,
+pools the samples of several workloads (``OverheadSamples``, one file per
+workload under ``results/<device-key>/overheads/``), so that no workload's
+prediction is tuned to itself. :func:`table_from_samples` also builds the
+per-workload table used to report the "own overheads" error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from perfmodel.graph import Graph
+from perfmodel.plaindata import write_json_atomic
+
+OVERHEADS_SCHEMA = 1
+#: Samples kept per key and workload (evenly thinned beyond that).
+MAX_SAMPLES = 400
+
+
+@dataclass
+class OverheadSamples:
+    """Measured overhead samples (seconds) of one workload's trace."""
+
+    workload: str
+    gaps: dict[str, list[float]] = field(default_factory=dict)
+    leaf: dict[str, list[float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OverheadTable:
+    """Median overheads (seconds) by key; ``bandwidth_B_per_s`` prices the
+    bytes of unmodelled nodes; ``workloads`` are the traces it pools."""
+
+    gaps: dict[str, float]
+    leaf: dict[str, float]
+    leaf_default_s: float
+    bandwidth_B_per_s: float
+    workloads: tuple[str, ...]
+
+    def gap(self, key: str) -> float:
+        """The median of ``key``, falling back to its family (``T1.<parent>``
+        over every next category, then ``T1``) and to 0 when never measured."""
+        parts = key.split(".")
+        for n in range(len(parts), 0, -1):
+            value = self.gaps.get(".".join(parts[:n]))
+            if value is not None:
+                return value
+        return 0.0
+
+    def leaf_cost(self, name: str, nbytes: float) -> float:
+        """Predicted seconds of an unmodelled node ``name`` touching ``nbytes``."""
+        return self.leaf.get(name, self.leaf_default_s) + nbytes / self.bandwidth_B_per_s
+
+
+def samples_from_graph(workload: str, graph: Graph, bandwidth_B_per_s: float) -> OverheadSamples:
+    """The overhead samples of a timed graph (tasks without timings are skipped)."""
+    out = OverheadSamples(workload)
+    for task in graph.tasks:
+        if task.measured_s is None:
+            continue
+        if task.kind == "overhead":
+            _add(out.gaps, task.name, task.measured_s)
+        elif task.kind == "unmodelled":
+            _add(out.leaf, task.name, max(0.0, task.measured_s - task.bytes / bandwidth_B_per_s))
+        for i, kernel in enumerate(task.kernels):
+            _add(out.gaps, "T4", kernel.launch_dur_s)
+            if i:
+                prev = task.kernels[i - 1]
+                _add(out.gaps, "T5", max(0.0, kernel.launch_ts_s - prev.launch_ts_s
+                                         - prev.launch_dur_s))
+    return out
+
+
+def _add(table: dict[str, list[float]], key: str, value: float) -> None:
+    table.setdefault(key, []).append(float(value))
+
+
+def table_from_samples(samples: Iterable[OverheadSamples],
+                       bandwidth_B_per_s: float) -> OverheadTable:
+    """Pool ``samples`` into one table of medians. Each ``T<k>.<a>.<b>`` key
+    also feeds its prefixes (``T<k>.<a>``, ``T<k>``) as fallbacks."""
+    samples = list(samples)
+    pooled: dict[str, list[float]] = {}
+    leaf: dict[str, list[float]] = {}
+    for s in samples:
+        for key, values in s.gaps.items():
+            parts = key.split(".")
+            for n in range(1, len(parts) + 1):
+                pooled.setdefault(".".join(parts[:n]), []).extend(values)
+        for name, values in s.leaf.items():
+            leaf.setdefault(name, []).extend(values)
+    every_leaf = [v for values in leaf.values() for v in values]
+    return OverheadTable(
+        gaps={k: statistics.median(v) for k, v in sorted(pooled.items())},
+        leaf={k: statistics.median(v) for k, v in sorted(leaf.items())},
+        leaf_default_s=statistics.median(every_leaf) if every_leaf else 0.0,
+        bandwidth_B_per_s=bandwidth_B_per_s,
+        workloads=tuple(sorted(s.workload for s in samples)))
+
+
+# -- files ------------------------------------------------------------------------------
+
+def _thin(values: list[float]) -> list[float]:
+    if len(values) <= MAX_SAMPLES:
+        return values
+    step = len(values) / MAX_SAMPLES
+    return [values[int(i * step)] for i in range(MAX_SAMPLES)]
+
+
+def save_samples(path: Path, samples: OverheadSamples) -> None:
+    """Write one workload's samples (seconds) as JSON."""
+    write_json_atomic(path, {
+        "schema": OVERHEADS_SCHEMA, "workload": samples.workload,
+        "gaps": {k: _thin(v) for k, v in sorted(samples.gaps.items())},
+        "leaf": {k: _thin(v) for k, v in sorted(samples.leaf.items())}})
+
+
+def load_samples(path: Path) -> OverheadSamples:
+    """One workload's samples; ValueError naming the file when malformed."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: overhead samples are not readable JSON ({exc})") from None
+    if not isinstance(data, dict) or data.get("schema") != OVERHEADS_SCHEMA \
+            or not isinstance(data.get("workload"), str):
+        raise ValueError(f"{path}: not perfmodel overhead samples of schema {OVERHEADS_SCHEMA}")
+    out = OverheadSamples(data["workload"])
+    for part in ("gaps", "leaf"):
+        table = data.get(part)
+        if not isinstance(table, dict):
+            raise ValueError(f"{path}: {part!r} must be an object of lists")
+        for key, values in table.items():
+            if not isinstance(values, list) or not all(_is_seconds(v) for v in values):
+                raise ValueError(f"{path}: {part}[{key!r}] must be a list of non-negative "
+                                 f"seconds")
+            getattr(out, part)[key] = [float(v) for v in values]
+    return out
+
+
+def _is_seconds(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value) and value >= 0
+
+
+def load_all_samples(directory: Path) -> tuple[list[OverheadSamples], list[str]]:
+    """Every ``*.json`` under ``directory``, and a problem line per bad file."""
+    samples, problems = [], []
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        try:
+            samples.append(load_samples(path))
+        except ValueError as exc:
+            problems.append(str(exc))
+    return samples, problems
+
+
+def table_record(table: OverheadTable, device_key: str) -> dict:
+    """The JSON form of ``table`` (``overheads.json``)."""
+    return {"schema": OVERHEADS_SCHEMA, "device_key": device_key,
+            "workloads": list(table.workloads), "bandwidth_B_per_s": table.bandwidth_B_per_s,
+            "leaf_default_s": table.leaf_default_s, "gaps": table.gaps, "leaf": table.leaf}
+
+
+def table_summary(table: OverheadTable, keys: Mapping[str, str] | None = None) -> list[str]:
+    """Lines ``key  median µs`` for the gap keys (all by default)."""
+    names = keys or {k: k for k in table.gaps}
+    return [f"{label:<28} {table.gaps[k] * 1e6:9.2f} µs" for k, label in names.items()
+            if k in table.gaps]

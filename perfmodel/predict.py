@@ -1,0 +1,98 @@
+"""Predict an iteration from its task graph: op predictors + overhead table + simulator.
+
+Op predictions are made in one batched call per (op, direction, dtype), not
+one per node. On a CPU device an op task's host time is its predicted time;
+on CUDA the prediction is device time, split over the op's kernels in the
+proportions the trace measured, and the host time of the op is its launch
+overheads (T2.launch + n·T4 + (n-1)·T5 + T3.launch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from perfmodel.graph import Graph, Task
+from perfmodel.overheads import OverheadTable
+from perfmodel.simulate import SimResult, SimTask, simulate
+
+
+@dataclass
+class Prediction:
+    """A predicted iteration: total (s), breakdown by category (s), what was
+    not modelled, and the simulation itself."""
+
+    total_s: float
+    breakdown_s: dict[str, float]
+    sim: SimResult
+    unmodelled: list[tuple[str, int, float | None]] = field(default_factory=list)
+    no_predictor: dict[str, int] = field(default_factory=dict)
+    n_tasks: int = 0
+
+
+def op_predictions(tasks: list[Task], fit) -> tuple[list[float | None], dict[str, int]]:
+    """Predicted seconds per task (None where no fitted predictor exists), in one
+    batched predictor call per (op, direction, dtype); and the count of op
+    tasks per ``op.direction`` that had no predictor."""
+    out: list[float | None] = [None] * len(tasks)
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    for i, task in enumerate(tasks):
+        if task.kind == "op":
+            groups.setdefault((task.op, task.direction, task.dtype), []).append(i)
+    missing: dict[str, int] = {}
+    for (op, direction, dtype), indices in groups.items():
+        try:
+            predictor = fit.predictor(op, direction)
+        except LookupError:
+            missing[f"{op}.{direction}"] = missing.get(f"{op}.{direction}", 0) + len(indices)
+            continue
+        values = predictor.predict(dtype, [tasks[i].params for i in indices])
+        for i, value in zip(indices, values):
+            out[i] = max(0.0, float(value))
+    return out, missing
+
+
+def sim_tasks(graph: Graph, fit, table: OverheadTable, on_device: bool) -> tuple[
+        list[SimTask], dict[str, int]]:
+    """The :class:`SimTask` list of ``graph``: op tasks priced by ``fit``, the rest
+    by ``table``. ``on_device``: the ops run as kernels on a CUDA device."""
+    predicted, missing = op_predictions(graph.tasks, fit)
+    out = []
+    for task, value in zip(graph.tasks, predicted):
+        if task.kind == "overhead":
+            out.append(SimTask(task.name, "host overhead", table.gap(task.name),
+                               region=task.region))
+        elif task.kind == "covered":
+            continue
+        elif task.kind == "op" and value is not None:
+            if on_device and task.kernels:
+                out.append(_device_task(task, value, table))
+            else:
+                out.append(SimTask(f"{task.op}.{task.direction}", task.family, value,
+                                   inputs=task.inputs, outputs=task.outputs, sync=task.sync,
+                                   region=task.region))
+        else:  # unmodelled, or an op without a fitted predictor
+            out.append(SimTask(task.name, "unmodelled", table.leaf_cost(task.name, task.bytes),
+                               inputs=task.inputs, outputs=task.outputs, sync=task.sync,
+                               region=task.region))
+    return out, missing
+
+
+def _device_task(task: Task, device_s: float, table: OverheadTable) -> SimTask:
+    kernels = task.kernels
+    measured = sum(k.dur_s for k in kernels)
+    shares = [k.dur_s / measured if measured > 0 else 1 / len(kernels) for k in kernels]
+    n = len(kernels)
+    host = table.gap("T2.launch") + n * table.gap("T4") + (n - 1) * table.gap("T5") \
+        + table.gap("T3.launch")
+    return SimTask(f"{task.op}.{task.direction}", task.family, host,
+                   kernels=[(k.stream, device_s * s) for k, s in zip(kernels, shares)],
+                   inputs=task.inputs, outputs=task.outputs, sync=task.sync, region=task.region)
+
+
+def predict_graph(graph: Graph, fit, table: OverheadTable, on_device: bool = False,
+                  keep_timeline: bool = True) -> Prediction:
+    """Predict the iteration of ``graph``."""
+    tasks, missing = sim_tasks(graph, fit, table, on_device)
+    sim = simulate(tasks, keep_timeline=keep_timeline)
+    return Prediction(sim.total_s, dict(sorted(sim.breakdown_s.items())), sim,
+                      graph.unmodelled(), missing, len(graph.tasks))

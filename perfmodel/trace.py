@@ -1,0 +1,386 @@
+"""Execution traces: capture a training step, and parse the trace back.
+
+A capture runs a few iterations of a step under ``torch.profiler`` with
+``ExecutionTraceObserver`` and writes two files next to each other:
+
+- ``<name>.et.json``: PyTorch's execution trace (Chakra schema): every CPU op
+  with its parent, input and output shapes, tensor ids and sequence number;
+- ``<name>.kineto.json``: the profiler's Chrome trace of the same iterations,
+  which supplies start times and durations (and, on CUDA, kernels, their
+  streams and the runtime launches that correlate them to CPU ops).
+
+Each iteration runs inside ``record_function(ITERATION_MARK)`` so the
+iterations can be told apart. :func:`load_trace` parses and validates both
+files; anything malformed raises :class:`TraceError` naming the file and the
+node or byte offset where parsing failed. Parsing is plain JSON: nothing in a
+trace file can execute code.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+#: Name of the ``record_function`` scope around each captured iteration.
+ITERATION_MARK = "perfmodel::iteration"
+#: Execution-trace schema major versions this parser understands.
+SUPPORTED_ET_SCHEMAS = ("1.0", "1.1")
+#: Root nodes the observer adds; they are not ops.
+_ROOT_PREFIX = "[pytorch|profiler|execution_trace|"
+
+
+class TraceError(ValueError):
+    """A trace that cannot be parsed; the message names the file and where."""
+
+
+@dataclass
+class Kernel:
+    """A device kernel (or memcpy/memset) launched by a CPU op; times in seconds."""
+
+    name: str
+    stream: int
+    ts_s: float
+    dur_s: float
+    launch_ts_s: float  # when the CPU issued it (the runtime launch call)
+    launch_dur_s: float
+
+
+@dataclass
+class TraceNode:
+    """One node of an execution trace.
+
+    ``inputs``/``outputs`` keep the trace's ``types``, ``shapes`` and
+    ``values`` lists as parsed. Times come from the Kineto trace (seconds,
+    relative to the start of the trace) and are None when no timing matched.
+    """
+
+    id: int
+    name: str
+    parent: int
+    inputs: dict[str, list]
+    outputs: dict[str, list]
+    seq_id: int = -1
+    rf_id: int | None = None
+    tid: int = 0
+    ts_s: float | None = None
+    dur_s: float | None = None
+    children: list[TraceNode] = field(default_factory=list, repr=False)
+    kernels: list[Kernel] = field(default_factory=list, repr=False)
+
+    @property
+    def input_shapes(self) -> list:
+        return self.inputs.get("shapes", [])
+
+    @property
+    def input_types(self) -> list[str]:
+        return self.inputs.get("types", [])
+
+    @property
+    def input_values(self) -> list:
+        return self.inputs.get("values", [])
+
+    @property
+    def end_s(self) -> float | None:
+        return None if self.ts_s is None or self.dur_s is None else self.ts_s + self.dur_s
+
+    def tensor_ids(self, which: str = "inputs") -> list[int]:
+        """Ids of the tensors among this node's inputs or outputs (lists flattened)."""
+        side = self.inputs if which == "inputs" else self.outputs
+        out: list[int] = []
+        for typ, value in zip(side.get("types", []), side.get("values", [])):
+            _collect_tensor_ids(typ, value, out)
+        return out
+
+    def walk(self):
+        """This node and its descendants, depth first, in execution order."""
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+
+@dataclass
+class Trace:
+    """A parsed trace: nodes by id, the root, and where it came from."""
+
+    path: Path
+    nodes: dict[int, TraceNode]
+    roots: list[TraceNode]
+    schema: str
+    timed: bool  # whether Kineto timings were attached
+
+    def iterations(self) -> list[TraceNode]:
+        """The :data:`ITERATION_MARK` nodes in execution order (may be empty)."""
+        return [n for root in self.roots for n in root.walk() if n.name == ITERATION_MARK]
+
+    def last_iteration(self) -> TraceNode:
+        """The last marked iteration, or a synthetic node holding every op of the
+        main thread when the trace has no marks (a trace captured elsewhere)."""
+        marks = self.iterations()
+        if marks:
+            return marks[-1]
+        tops = [c for root in self.roots for c in _top_level(root)]
+        node = TraceNode(-1, ITERATION_MARK, -1, {}, {}, children=tops)
+        timed = [c for c in tops if c.ts_s is not None and c.dur_s is not None]
+        if timed:
+            node.ts_s = min(c.ts_s for c in timed)
+            node.dur_s = max(c.end_s for c in timed) - node.ts_s
+        return node
+
+
+def _top_level(root: TraceNode) -> list[TraceNode]:
+    out = []
+    for child in root.children:
+        if child.name.startswith(_ROOT_PREFIX):
+            out.extend(_top_level(child))
+        else:
+            out.append(child)
+    return out
+
+
+def _collect_tensor_ids(typ: Any, value: Any, out: list[int]) -> None:
+    if isinstance(typ, str) and typ.startswith("Tensor") and isinstance(value, list) \
+            and len(value) == 6 and isinstance(value[0], int):
+        out.append(value[0])
+    elif isinstance(typ, str) and typ.startswith("GenericList[") and isinstance(value, list):
+        inner = _split_generic_list(typ)
+        for t, v in zip(inner, value):
+            _collect_tensor_ids(t, v, out)
+
+
+def _split_generic_list(typ: str) -> list[str]:
+    """``'GenericList[Tensor(float),Int]'`` -> ``['Tensor(float)', 'Int']``."""
+    body, parts, depth, cur = typ[len("GenericList["):-1], [], 0, ""
+    for ch in body:
+        if ch in "[(":
+            depth += 1
+        elif ch in "])":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur:
+        parts.append(cur)
+    return parts
+
+
+# -- capture ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TraceFiles:
+    """The two files of one capture."""
+
+    et: Path
+    kineto: Path
+
+
+def capture_trace(step: Callable[[], object], out_dir: Path, name: str, iterations: int = 2,
+                  warmup: int = 3, device: str = "cpu") -> TraceFiles:
+    """Run ``step`` ``warmup`` times, then ``iterations`` times under the profiler
+    with the execution-trace observer; write ``<name>.et.json`` and
+    ``<name>.kineto.json`` under ``out_dir`` and return their paths."""
+    import torch
+    from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, record_function
+
+    if iterations < 1:
+        raise ValueError(f"iterations must be >= 1, got {iterations}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = TraceFiles(out_dir / f"{name}.et.json", out_dir / f"{name}.kineto.json")
+    sync = (lambda: torch.cuda.synchronize(device)) if device.startswith("cuda") else (lambda: None)
+    for _ in range(warmup):
+        step()
+    sync()
+    activities = [ProfilerActivity.CPU]
+    if device.startswith("cuda"):
+        activities.append(ProfilerActivity.CUDA)
+    observer = ExecutionTraceObserver()
+    observer.register_callback(str(files.et))
+    with profile(activities=activities, execution_trace_observer=observer,
+                 record_shapes=True) as prof:
+        for _ in range(iterations):
+            with record_function(ITERATION_MARK):
+                step()
+                sync()
+    observer.unregister_callback()
+    prof.export_chrome_trace(str(files.kineto))
+    return files
+
+
+# -- parsing ----------------------------------------------------------------------------
+
+def load_trace(et_path: Path, kineto_path: Path | None = None) -> Trace:
+    """Parse an execution trace, with timings from ``kineto_path`` when given.
+
+    Raises :class:`TraceError` naming the file and the node (or the byte
+    offset, for JSON that does not parse) where parsing failed.
+    """
+    data = _read_json(et_path)
+    if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
+        raise TraceError(f"{et_path}: not an execution trace (no 'nodes' list)")
+    schema = str(data.get("schema", ""))
+    if not any(schema.startswith(s) for s in SUPPORTED_ET_SCHEMAS):
+        raise TraceError(f"{et_path}: execution-trace schema {schema!r} is not supported "
+                         f"(supported: {', '.join(s + '.x' for s in SUPPORTED_ET_SCHEMAS)})")
+    nodes: dict[int, TraceNode] = {}
+    for index, raw in enumerate(data["nodes"]):
+        node = _parse_node(et_path, index, raw)
+        if node.id in nodes:
+            raise TraceError(f"{et_path}: node #{index} repeats id {node.id}")
+        nodes[node.id] = node
+    roots = []
+    for node in sorted(nodes.values(), key=lambda n: n.id):
+        parent = nodes.get(node.parent)
+        if parent is None or parent is node:
+            if node.parent != node.id and node.parent not in (-1, 0) and parent is None:
+                raise TraceError(f"{et_path}: node {node.id} ({node.name}) names parent "
+                                 f"{node.parent}, which is not in the trace (truncated?)")
+            roots.append(node)
+        else:
+            parent.children.append(node)
+    if not roots:
+        raise TraceError(f"{et_path}: no root node (every node has a parent: a cycle)")
+    _check_acyclic(et_path, nodes, roots)
+    timed = False
+    if kineto_path is not None:
+        timed = _attach_timings(kineto_path, nodes)
+    return Trace(et_path, nodes, roots, schema, timed)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path}: not UTF-8 text (byte offset {exc.start})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{path}: invalid JSON at byte offset {exc.pos} "
+                         f"(line {exc.lineno}, column {exc.colno}): {exc.msg}") from None
+
+
+def _parse_node(path: Path, index: int, raw: Any) -> TraceNode:
+    where = f"{path}: node #{index}"
+    if not isinstance(raw, dict):
+        raise TraceError(f"{where}: expected an object, got {type(raw).__name__}")
+    for key, kind in (("id", int), ("name", str), ("ctrl_deps", int)):
+        if not isinstance(raw.get(key), kind) or isinstance(raw.get(key), bool):
+            raise TraceError(f"{where}: field {key!r} missing or not {kind.__name__}")
+    where = f"{path}: node {raw['id']} ({raw['name']})"
+    sides = {}
+    for side in ("inputs", "outputs"):
+        value = raw.get(side, {})
+        if not isinstance(value, dict):
+            raise TraceError(f"{where}: {side!r} must be an object")
+        lists = {k: value.get(k, []) for k in ("types", "shapes", "values")}
+        if not all(isinstance(v, list) for v in lists.values()):
+            raise TraceError(f"{where}: {side} types/shapes/values must be lists")
+        if len({len(v) for v in lists.values()}) > 1:
+            raise TraceError(f"{where}: {side} types, shapes and values differ in length")
+        sides[side] = lists
+    attrs = {}
+    raw_attrs = raw.get("attrs", [])
+    if not isinstance(raw_attrs, list):
+        raise TraceError(f"{where}: 'attrs' must be a list")
+    for attr in raw_attrs:
+        if not isinstance(attr, dict) or "name" not in attr:
+            raise TraceError(f"{where}: malformed attr {attr!r}")
+        attrs[attr["name"]] = attr.get("value")
+    seq_id, rf_id, tid = attrs.get("seq_id", -1), attrs.get("rf_id"), attrs.get("tid", 0)
+    for key, value in (("seq_id", seq_id), ("tid", tid)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TraceError(f"{where}: attr {key!r} is not an integer: {value!r}")
+    return TraceNode(raw["id"], raw["name"], raw["ctrl_deps"], sides["inputs"],
+                     sides["outputs"], seq_id, rf_id if isinstance(rf_id, int) else None, tid)
+
+
+def _check_acyclic(path: Path, nodes: dict[int, TraceNode], roots: list[TraceNode]) -> None:
+    reached = sum(1 for root in roots for _ in root.walk())
+    if reached != len(nodes):
+        orphan = next(n for n in nodes.values() if not _reaches_root(n, nodes))
+        raise TraceError(f"{path}: node {orphan.id} ({orphan.name}) is on a parent cycle")
+
+
+def _reaches_root(node: TraceNode, nodes: dict[int, TraceNode]) -> bool:
+    seen = set()
+    while node.parent in nodes and nodes[node.parent] is not node:
+        if node.id in seen:
+            return False
+        seen.add(node.id)
+        node = nodes[node.parent]
+    return True
+
+
+def _attach_timings(path: Path, nodes: dict[int, TraceNode]) -> bool:
+    """Set ``ts_s``/``dur_s`` of ET nodes from the Kineto events with the same
+    record-function id, and attach device kernels through their launch
+    correlation. Returns whether any node got a timing."""
+    data = _read_json(path)
+    events = data.get("traceEvents") if isinstance(data, dict) else None
+    if not isinstance(events, list):
+        raise TraceError(f"{path}: not a Chrome/Kineto trace (no 'traceEvents' list)")
+    by_rf = {n.rf_id: n for n in nodes.values() if n.rf_id is not None}
+    spans = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
+    for i, e in enumerate(spans):
+        if not isinstance(e.get("ts"), (int, float)) or not isinstance(e.get("dur"), (int, float)):
+            raise TraceError(f"{path}: event {e.get('name')!r} (#{i} of the 'X' events) "
+                             f"lacks numeric ts/dur")
+    if not spans:
+        return False
+    origin = min(e["ts"] for e in spans)
+    matched = False
+    cpu_spans = []
+    for e in spans:
+        if e.get("cat") not in ("cpu_op", "user_annotation"):
+            continue
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        node = by_rf.get(args.get("Record function id"))
+        if node is not None and node.name == e.get("name"):
+            node.ts_s = (e["ts"] - origin) * 1e-6
+            node.dur_s = e["dur"] * 1e-6
+            matched = True
+            cpu_spans.append((e, node))
+    _attach_kernels(spans, cpu_spans, origin)
+    return matched
+
+
+def _attach_kernels(spans: list[dict], cpu_spans: list[tuple[dict, TraceNode]],
+                    origin: float) -> None:
+    """CUDA path: each kernel is tied to its runtime launch by ``correlation``;
+    the launch is tied to the innermost CPU op on the same thread that encloses
+    it in time."""
+    launches = {}
+    for e in spans:
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        if e.get("cat") == "cuda_runtime" and "correlation" in args:
+            launches[args["correlation"]] = e
+    if not launches:
+        return
+    by_tid: dict[Any, list[tuple[dict, TraceNode]]] = {}
+    for e, node in cpu_spans:
+        by_tid.setdefault(e.get("tid"), []).append((e, node))
+    for e in spans:
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        launch = launches.get(args.get("correlation"))
+        if launch is None:
+            continue
+        owner = _innermost(by_tid.get(launch.get("tid"), []), launch["ts"])
+        if owner is None:
+            continue
+        owner.kernels.append(Kernel(
+            str(e.get("name")), int(args.get("stream", 0) or 0), (e["ts"] - origin) * 1e-6,
+            e["dur"] * 1e-6, (launch["ts"] - origin) * 1e-6, launch["dur"] * 1e-6))
+
+
+def _innermost(candidates: Sequence[tuple[dict, TraceNode]], ts: float) -> TraceNode | None:
+    best, best_dur = None, None
+    for e, node in candidates:
+        if e["ts"] <= ts <= e["ts"] + e["dur"] and (best_dur is None or e["dur"] < best_dur):
+            best, best_dur = node, e["dur"]
+    return best

@@ -1,0 +1,173 @@
+"""Trace-to-graph mapping, the overhead table, and the simulator."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from perfmodel.graph import build_graph, match_node
+from perfmodel.overheads import (load_samples, samples_from_graph, save_samples,
+                                 table_from_samples)
+from perfmodel.predict import predict_graph
+from perfmodel.simulate import SimTask, critical_path, simulate
+from perfmodel.trace import TraceNode, capture_trace, load_trace
+
+BANDWIDTH = 10e9
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, foreach=True)
+    x, y = torch.randn(8, 16), torch.randn(8, 1)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+    files = capture_trace(step, tmp_path_factory.mktemp("g"), "mlp", iterations=2, warmup=2)
+    return build_graph(load_trace(files.et, files.kineto))
+
+
+def _ops(graph):
+    return [(t.op, t.direction) for t in graph.tasks if t.kind == "op"]
+
+
+def test_forward_and_backward_ops_are_mapped(graph):
+    ops = _ops(graph)
+    assert ops.count(("linear", "forward")) == 2 and ops.count(("linear", "backward")) == 2
+    assert ("relu", "forward") in ops and ("relu", "backward") in ops
+    assert ("mse_loss", "forward") in ops and ("mse_loss", "backward") in ops
+    assert ("sgd_foreach", "forward") in ops
+    first = next(t for t in graph.tasks if t.op == "linear")
+    assert first.params == {"B": 8, "IN": 16, "OUT": 32} and first.dtype == "float32"
+    step = next(t for t in graph.tasks if t.op == "sgd_foreach")
+    assert step.params == {"NTENSORS": 4, "NUMEL": round((16 * 32 + 32 + 32 + 1) / 4)}
+
+
+def test_nothing_is_dropped(graph):
+    """Every top-level node of the iteration is a task (op, covered or unmodelled)."""
+    kinds = {t.kind for t in graph.tasks}
+    assert kinds <= {"op", "covered", "unmodelled", "overhead"}
+    assert any(t.kind == "covered" and "TBackward0" in t.name for t in graph.tasks)
+    names = {name for name, _, _ in graph.unmodelled()}
+    assert any("AccumulateGrad" in n for n in names)
+    shares = [share for _, _, share in graph.unmodelled()]
+    assert all(0 <= s <= 1 for s in shares) and sum(shares) < 1
+
+
+def test_overhead_table_roundtrip_and_fallbacks(graph, tmp_path):
+    samples = samples_from_graph("mlp", graph, BANDWIDTH)
+    assert samples.gaps["T1.iteration.autograd"] and samples.leaf
+    save_samples(tmp_path / "mlp.json", samples)
+    again = load_samples(tmp_path / "mlp.json")
+    assert again.gaps == samples.gaps and again.leaf == samples.leaf
+    table = table_from_samples([again], BANDWIDTH)
+    assert table.gap("T1.iteration.autograd") == pytest.approx(
+        float(np.median(samples.gaps["T1.iteration.autograd"])))
+    assert table.gap("T1.iteration.never_seen") == table.gaps["T1.iteration"]
+    assert table.gap("T9") == 0.0
+    assert table.leaf_cost("no such op", 1e9) == pytest.approx(table.leaf_default_s + 0.1)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{", "not readable JSON"), ('{"schema": 1}', "not perfmodel overhead samples"),
+    ('{"schema": 1, "workload": "w", "gaps": {"T1": [-1]}, "leaf": {}}', "non-negative"),
+])
+def test_bad_overhead_samples_name_the_file(tmp_path, text, message):
+    path = tmp_path / "w.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message) as info:
+        load_samples(path)
+    assert str(path) in str(info.value)
+
+
+class _Fit:
+    """A fit whose every predictor says ``seconds`` per call."""
+
+    def __init__(self, seconds, missing=()):
+        self.seconds, self.missing, self.calls = seconds, set(missing), 0
+
+    def predictor(self, op, direction):
+        if op in self.missing:
+            raise LookupError(op)
+        fit = self
+
+        class P:
+            def predict(self, dtype, params_list):
+                fit.calls += 1
+                return np.full(len(params_list), fit.seconds)
+
+        return P()
+
+
+def test_prediction_sums_ops_overheads_and_unmodelled(graph):
+    table = table_from_samples([samples_from_graph("mlp", graph, BANDWIDTH)], BANDWIDTH)
+    fit = _Fit(1e-3)
+    pred = predict_graph(graph, fit, table)
+    n_ops = len(_ops(graph))
+    assert pred.breakdown_s["gemm"] == pytest.approx(4e-3)
+    assert sum(pred.breakdown_s.values()) == pytest.approx(pred.total_s)
+    assert pred.total_s > n_ops * 1e-3
+    assert fit.calls == len(set(_ops(graph)))  # one batched call per (op, direction, dtype)
+    missing = predict_graph(graph, _Fit(1e-3, missing={"relu"}), table)
+    assert missing.no_predictor == {"relu.forward": 1, "relu.backward": 1}
+
+
+def test_match_reads_conv_scalars_and_sdpa_causality():
+    conv = TraceNode(1, "aten::conv2d", 0, {
+        "types": ["Tensor(float)", "Tensor(float)", "Tensor(float)", "GenericList[Int,Int]",
+                  "GenericList[Int,Int]", "GenericList[Int,Int]", "Int"],
+        "shapes": [[2, 8, 16, 16], [4, 8, 3, 3], [4], [[], []], [[], []], [[], []], []],
+        "values": [[], [], [], [2, 2], [1, 1], [1, 1], 1]}, {})
+    op, params, dtype = match_node(conv)
+    assert op.name == "conv2d" and dtype == "float32"
+    assert params == {"N": 2, "C": 8, "H": 16, "W": 16, "K": 4, "R": 3, "STRIDE": 2, "PAD": 1,
+                      "DIL": 1, "GROUPS": 1}
+    sdpa = TraceNode(2, "aten::scaled_dot_product_attention", 0, {
+        "types": ["Tensor(c10::BFloat16)"] * 3 + ["None", "Double", "Bool", "None", "Bool"],
+        "shapes": [[2, 4, 16, 8]] * 3 + [[], [], [], [], []],
+        "values": [[], [], [], None, 0.0, True, None, False]}, {})
+    op, params, dtype = match_node(sdpa)
+    assert op.name == "sdpa" and dtype == "bfloat16" and params["CAUSAL"] == 1
+
+
+_task = st.builds(
+    SimTask, name=st.just("t"), category=st.sampled_from(["a", "b"]),
+    host_s=st.floats(0, 1e-3),
+    kernels=st.lists(st.tuples(st.integers(0, 2), st.floats(0, 1e-3)), max_size=3),
+    inputs=st.lists(st.integers(0, 6), max_size=3).map(tuple),
+    outputs=st.lists(st.integers(0, 6), max_size=2).map(tuple), sync=st.booleans())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_task, max_size=40))
+def test_simulation_is_never_below_the_critical_path(tasks):
+    result = simulate(tasks)
+    assert result.total_s >= critical_path(tasks) - 1e-12
+    assert result.total_s >= sum(t.host_s for t in tasks) - 1e-12
+    assert result.device_active_s <= result.total_s + 1e-12
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(0, 1e-2), max_size=50))
+def test_host_only_simulation_is_the_sum(durations):
+    tasks = [SimTask("t", "x", d) for d in durations]
+    assert math.isclose(simulate(tasks).total_s, sum(durations), abs_tol=1e-12)
+
+
+def test_kernels_wait_for_their_inputs_on_other_streams():
+    tasks = [SimTask("produce", "x", 1e-6, kernels=[(0, 5e-3)], outputs=(1,)),
+             SimTask("consume", "x", 1e-6, kernels=[(1, 1e-3)], inputs=(1,)),
+             SimTask("independent", "x", 1e-6, kernels=[(2, 1e-3)])]
+    result = simulate(tasks)
+    ends = {name: end for lane, name, _, end in result.timeline if lane != "cpu"}
+    assert ends["consume"] == pytest.approx(6e-3 + 1e-6 / 2, rel=1e-3)
+    assert ends["independent"] < 2e-3
+    assert result.device_active_s == pytest.approx(6e-3, rel=1e-3)

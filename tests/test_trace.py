@@ -1,0 +1,121 @@
+"""Execution-trace capture and parsing: real captures, and malformed files rejected."""
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from perfmodel.trace import ITERATION_MARK, TraceError, capture_trace, load_trace
+
+
+@pytest.fixture(scope="module")
+def mlp_trace(tmp_path_factory):
+    """A real capture of two iterations of a tiny MLP training step."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, foreach=True)
+    x, y = torch.randn(8, 16), torch.randn(8, 1)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+    return capture_trace(step, tmp_path_factory.mktemp("trace"), "mlp", iterations=2, warmup=1)
+
+
+def test_capture_marks_iterations_and_times_nodes(mlp_trace):
+    trace = load_trace(mlp_trace.et, mlp_trace.kineto)
+    marks = trace.iterations()
+    assert len(marks) == 2 and trace.timed
+    last = trace.last_iteration()
+    assert last is marks[-1] and last.dur_s > 0
+    names = [c.name for c in last.children]
+    assert names.count("aten::linear") == 2
+    assert any(n.startswith("autograd::engine::evaluate_function: AddmmBackward0") for n in names)
+    assert all(c.ts_s >= last.ts_s and c.end_s <= last.end_s + 1e-9 for c in last.children)
+
+
+def test_untimed_trace_has_no_durations(mlp_trace):
+    trace = load_trace(mlp_trace.et)
+    assert not trace.timed
+    assert all(n.dur_s is None for n in trace.nodes.values())
+
+
+def _write(tmp_path, obj, name="t.et.json"):
+    path = tmp_path / name
+    path.write_text(obj if isinstance(obj, str) else json.dumps(obj))
+    return path
+
+
+def _node(id, name, parent, **kw):
+    return {"id": id, "name": name, "ctrl_deps": parent,
+            "inputs": {"values": [], "shapes": [], "types": []},
+            "outputs": {"values": [], "shapes": [], "types": []}, "attrs": [], **kw}
+
+
+def _et(nodes, schema="1.1.1-chakra.0.0.4"):
+    return {"schema": schema, "pid": 1, "nodes": nodes}
+
+
+ROOTS = [_node(1, "[pytorch|profiler|execution_trace|process]", 1),
+         _node(2, "[pytorch|profiler|execution_trace|thread]", 1),
+         _node(3, ITERATION_MARK, 2)]
+
+
+@pytest.mark.parametrize("payload, message", [
+    (_et(ROOTS, schema="0.9"), "schema '0.9' is not supported"),
+    ({"schema": "1.1"}, "no 'nodes' list"),
+    (_et([*ROOTS, _node(4, "aten::add", 99)]), "node 4 (aten::add) names parent 99"),
+    (_et([*ROOTS, _node(3, "aten::add", 2)]), "repeats id 3"),
+    (_et([*ROOTS, {"id": 5, "name": "x"}]), "node #3: field 'ctrl_deps'"),
+    (_et([*ROOTS, _node(6, "aten::mul", 7), _node(7, "aten::mul", 6)]), "parent cycle"),
+    (_et([*ROOTS, {**_node(8, "aten::relu", 3), "inputs": {"types": ["Int"], "shapes": []}}]),
+     "node 8 (aten::relu): inputs types, shapes and values differ"),
+    (_et([*ROOTS, {**_node(9, "aten::relu", 3),
+                   "attrs": [{"name": "seq_id", "value": "x"}]}]), "attr 'seq_id'"),
+])
+def test_malformed_trace_names_the_node(tmp_path, payload, message):
+    path = _write(tmp_path, payload)
+    with pytest.raises(TraceError, match="t.et.json") as info:
+        load_trace(path)
+    assert message in str(info.value)
+
+
+def test_missing_file_is_a_trace_error(tmp_path):
+    with pytest.raises(TraceError, match="cannot read"):
+        load_trace(tmp_path / "absent.json")
+
+
+def test_bad_kineto_file_is_named(tmp_path):
+    et = _write(tmp_path, _et(ROOTS))
+    kineto = _write(tmp_path, {"traceEvents": [{"ph": "X", "name": "a", "ts": "x"}]}, "k.json")
+    with pytest.raises(TraceError, match="k.json.*lacks numeric ts/dur"):
+        load_trace(et, kineto)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut=st.floats(min_value=0.0, max_value=0.999))
+def test_truncated_trace_gives_the_offset(mlp_trace, tmp_path, cut):
+    text = mlp_trace.et.read_text()
+    path = _write(tmp_path, text[: int(len(text) * cut)], "cut.et.json")
+    with pytest.raises(TraceError, match=r"cut\.et\.json: invalid JSON at byte offset \d+"):
+        load_trace(path)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                    lambda inner: st.lists(inner, max_size=4)
+                    | st.dictionaries(st.sampled_from(["id", "name", "ctrl_deps", "nodes",
+                                                       "schema", "inputs", "attrs"]), inner,
+                                      max_size=5), max_leaves=20))
+def test_arbitrary_json_is_rejected_cleanly_or_parsed(tmp_path_factory, payload):
+    path = tmp_path_factory.mktemp("fuzz") / "f.et.json"
+    path.write_text(json.dumps(payload))
+    try:
+        load_trace(path)
+    except TraceError as exc:
+        assert str(path) in str(exc)
