@@ -29,6 +29,11 @@ from perfmodel.trace import capture_trace, load_trace
 #: Iterations captured per trace (the last one is predicted) and warm-up before.
 TRACE_ITERATIONS = 3
 TRACE_WARMUP = 3
+#: Workload size per profile on a CPU (``smoke`` keeps CI fast) and on a GPU.
+WORKLOAD_SIZE = {"smoke": "tiny", "quick": "registered", "full": "registered"}
+GPU_WORKLOAD_SIZE = {"smoke": "tiny", "quick": "full", "full": "full"}
+#: ``measure_iteration`` arguments (warmup, repeat, number) per profile.
+MEASURE = {"smoke": (2, 5, 2), "quick": (10, 30, 5), "full": (20, 50, 10)}
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,7 @@ class E2EResult:
     traced_s: float | None = None
     overhead_workloads: tuple[str, ...] = ()
     prediction: Prediction | None = field(default=None, repr=False)
+    graph: Graph | None = field(default=None, repr=False)
 
     @property
     def error(self) -> float:
@@ -133,7 +139,7 @@ def trace_workload(name: str, step: Callable[[], object], results_dir: Path, dev
     its overhead samples as workload ``name``'s contribution to the table."""
     files = capture_trace(step, traces_dir(results_dir), name, TRACE_ITERATIONS, TRACE_WARMUP,
                           device)
-    graph = build_graph(load_trace(files.et, files.kineto))
+    graph = build_graph(load_trace(files.et, files.kineto, files.calibration))
     save_samples(overheads_dir(results_dir) / f"{name}.json",
                  samples_from_graph(name, graph, bandwidth_B_per_s))
     return graph
@@ -148,23 +154,41 @@ def shared_table(results_dir: Path, bandwidth_B_per_s: float) -> tuple[OverheadT
 
 def predict_and_measure(name: str, step: Callable[[], object], items: int, graph: Graph, fit,
                         table: OverheadTable, device: str, bandwidth_B_per_s: float,
-                        measure: bool = True) -> E2EResult:
+                        measure: bool = True, bias: dict[str, float] | None = None,
+                        profile: str = "quick") -> E2EResult:
     """Predict ``graph`` with the shared ``table`` and with its own overheads,
-    then measure ``step`` (unless ``measure`` is False: measured is then NaN)."""
+    then measure ``step`` as :data:`MEASURE` says for ``profile`` (unless
+    ``measure`` is False: measured is then NaN). ``bias`` plants a prediction
+    error (see :func:`perfmodel.predict.parse_bias`)."""
     on_device = device.startswith("cuda")
-    shared = predict_graph(graph, fit, table, on_device)
+    shared = predict_graph(graph, fit, table, on_device, bias=bias)
     own = predict_graph(graph, fit, table_from_samples(
         [samples_from_graph(name, graph, bandwidth_B_per_s)], bandwidth_B_per_s), on_device,
-        keep_timeline=False)
+        keep_timeline=False, bias=bias)
     if measure:
-        measured = measure_iteration(step, items=items, sync=_sync_for(device))
+        warmup, repeat, number = MEASURE[profile]
+        measured = measure_iteration(step, items=items, warmup=warmup, repeat=repeat,
+                                     number=number, sync=_sync_for(device))
     else:
         nan = float("nan")
         measured = IterationTiming(nan, nan, 0, 0, nan)
     return E2EResult(name, measured, shared.total_s, shared.breakdown_s, own.total_s,
                      dict(sorted(shared.sim.regions_s.items())), shared.unmodelled,
                      shared.no_predictor, shared.n_tasks, graph.measured_s, table.workloads,
-                     shared)
+                     shared, graph)
+
+
+def time_prediction(graph: Graph, fit, table: OverheadTable, tasks: int = 10_000,
+                    on_device: bool = False) -> tuple[int, float]:
+    """Seconds to predict a graph of at least ``tasks`` tasks (``graph``'s tasks
+    repeated), batched predictor calls and simulation included; and its size."""
+    if not graph.tasks:
+        raise ValueError("cannot time the prediction of an empty graph")
+    copies = -(-tasks // len(graph.tasks))
+    big = Graph(graph.tasks * copies, graph.measured_s, graph.profiler_overhead_s)
+    start = time.perf_counter()
+    predict_graph(big, fit, table, on_device, keep_timeline=False)
+    return len(big.tasks), time.perf_counter() - start
 
 
 def _sync_for(device: str) -> Callable[[], object]:
@@ -230,7 +254,7 @@ def predict_step(step: Callable[[], object], items: int, name: str, fit, table: 
 
     with tempfile.TemporaryDirectory(prefix="perfmodel-trace-") as tmp:
         files = capture_trace(step, Path(tmp), name, TRACE_ITERATIONS, TRACE_WARMUP, device)
-        graph = build_graph(load_trace(files.et, files.kineto))
+        graph = build_graph(load_trace(files.et, files.kineto, files.calibration))
     return predict_and_measure(name, step, items, graph, fit, table, device, bandwidth_B_per_s,
                                measure)
 

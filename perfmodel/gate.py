@@ -10,7 +10,7 @@ so a noisy workload gets room in proportion to its measured noise, and a quiet o
 still gets ``min_margin`` (one percentage point by default) rather than none.
 An optional absolute ceiling per workload fails regardless of the baseline.
 
-The baseline file (``results/<device-key>/baseline.json``, schema 2) is plain JSON::
+The baseline file (``results/<device-key>/baseline-<profile>.json``, schema 2) is plain JSON::
 
     {"schema": 2, "device_key": "cpu-...", "created_unix_s": 1.7e9, "env": {...},
      "workloads": {"mlp_small": {"mean": 0.05, "spread": 0.01, "n": 5,

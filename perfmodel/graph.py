@@ -60,6 +60,7 @@ class Task:
     outputs: tuple[int, ...] = ()
     kernels: list = field(default_factory=list)  # measured Kernels (CUDA traces)
     sync: bool = False  # the host waits for the device after this task
+    n_nodes: int = 1  # trace nodes the task spans (itself and its descendants)
 
 
 @dataclass
@@ -68,6 +69,7 @@ class Graph:
 
     tasks: list[Task]
     measured_s: float | None  # the iteration's duration in the trace
+    profiler_overhead_s: float = 0.0  # the profiler's cost per recorded op (s)
 
     def unmodelled(self) -> list[tuple[str, int, float | None]]:
         """``(name, count, share of the traced iteration time)`` of every
@@ -226,19 +228,16 @@ class _Planner:
         if owner is None:
             return False
         fwd = self.tasks[owner]
-        op = OPS[fwd.op]
+        op, params = OPS[fwd.op], fwd.params
         if "backward" not in op.directions:
-            return False
-        region = fwd.region
-        if owner in self.backward_done:
-            self.tasks.append(self._task(node, "covered", op.family, region, op=op.name,
-                                         direction="backward", dtype=fwd.dtype,
-                                         params=fwd.params))
-        else:
-            self.backward_done.add(owner)
-            self.tasks.append(self._task(node, "op", op.family, region, op=op.name,
-                                         direction="backward", dtype=fwd.dtype,
-                                         params=fwd.params))
+            via = op.backward_via(params)
+            if via is None:
+                return False
+            op, params = OPS[via[0]], via[1]
+        kind = "covered" if owner in self.backward_done else "op"
+        self.backward_done.add(owner)
+        self.tasks.append(self._task(node, kind, op.family, fwd.region, op=op.name,
+                                     direction="backward", dtype=fwd.dtype, params=params))
         return True
 
     def match(self, node: TraceNode):
@@ -262,7 +261,7 @@ class _Planner:
                     region=region, inputs=tuple(node.tensor_ids("inputs")),
                     outputs=tuple(node.tensor_ids("outputs")),
                     kernels=[k for n in node.walk() for k in n.kernels],
-                    sync=_is_sync(node), **kw)
+                    sync=_is_sync(node), n_nodes=sum(1 for _ in node.walk()), **kw)
 
 
 def _gap(start: float | None, end: float | None) -> float | None:
@@ -287,5 +286,5 @@ def build_graph(trace: Trace, iteration: TraceNode | None = None) -> Graph:
     node = iteration if iteration is not None else trace.last_iteration()
     planner = _Planner()
     planner.plan_children(node, node.children, backward=False, region=None)
-    return Graph(planner.tasks, node.dur_s)
+    return Graph(planner.tasks, node.dur_s, trace.profiler_overhead_s)
 

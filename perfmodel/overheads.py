@@ -13,9 +13,12 @@ Taxonomy (after the seed work's T1-T5), keys of :attr:`OverheadTable.gaps`:
 - ``T2.launch`` / ``T3.launch``: op start to first launch, last launch to op
   end, CUDA traces only.
 
-Unmodelled nodes are priced per name as ``leaf[name] + bytes / bandwidth``:
-the leaf cost is the median of ``duration - bytes / bandwidth`` over every
-trace node of that name, floored at 0.
+Unmodelled nodes are priced per name by a line ``a + b·bytes`` (seconds,
+bytes of the distinct tensors the node reads and writes), fitted by least
+squares over every traced node of that name when their sizes span at least
+a factor of two, otherwise ``b = 1 / bandwidth`` and ``a`` the median of
+``duration - bytes·b``; both are floored at 0. A name never traced gets the
+median ``a`` of all names and ``1 / bandwidth``.
 
 One table per device, written to ``results/<device-key>/overheads.json``,
 pools the samples of several workloads (``OverheadSamples``, one file per
@@ -31,7 +34,9 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable
+
+import numpy as np
 
 from perfmodel.graph import Graph
 from perfmodel.plaindata import write_json_atomic
@@ -47,16 +52,17 @@ class OverheadSamples:
 
     workload: str
     gaps: dict[str, list[float]] = field(default_factory=dict)
-    leaf: dict[str, list[float]] = field(default_factory=dict)
+    leaf: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # (s, bytes)
 
 
 @dataclass(frozen=True)
 class OverheadTable:
-    """Median overheads (seconds) by key; ``bandwidth_B_per_s`` prices the
-    bytes of unmodelled nodes; ``workloads`` are the traces it pools."""
+    """Median overheads (seconds) by key; per unmodelled node name its line
+    ``(a s, b s/B)``; ``bandwidth_B_per_s`` prices the bytes of names never
+    seen; ``workloads`` are the traces it pools."""
 
     gaps: dict[str, float]
-    leaf: dict[str, float]
+    leaf: dict[str, tuple[float, float]]
     leaf_default_s: float
     bandwidth_B_per_s: float
     workloads: tuple[str, ...]
@@ -73,19 +79,27 @@ class OverheadTable:
 
     def leaf_cost(self, name: str, nbytes: float) -> float:
         """Predicted seconds of an unmodelled node ``name`` touching ``nbytes``."""
-        return self.leaf.get(name, self.leaf_default_s) + nbytes / self.bandwidth_B_per_s
+        a, b = self.leaf.get(name, (self.leaf_default_s, 1.0 / self.bandwidth_B_per_s))
+        return a + b * nbytes
 
 
 def samples_from_graph(workload: str, graph: Graph, bandwidth_B_per_s: float) -> OverheadSamples:
-    """The overhead samples of a timed graph (tasks without timings are skipped)."""
+    """The overhead samples of a timed graph (tasks without timings are skipped).
+
+    The profiler's own cost is taken out: one ``profiler_overhead_s`` per gap
+    (the hooks of the op before and after it) and one per recorded node of an
+    unmodelled task. Samples are floored at 0.
+    """
     out = OverheadSamples(workload)
+    delta = graph.profiler_overhead_s
     for task in graph.tasks:
         if task.measured_s is None:
             continue
         if task.kind == "overhead":
-            _add(out.gaps, task.name, task.measured_s)
+            _add(out.gaps, task.name, max(0.0, task.measured_s - delta))
         elif task.kind == "unmodelled":
-            _add(out.leaf, task.name, max(0.0, task.measured_s - task.bytes / bandwidth_B_per_s))
+            out.leaf.setdefault(task.name, []).append(
+                (max(0.0, task.measured_s - delta * task.n_nodes), task.bytes))
         for i, kernel in enumerate(task.kernels):
             _add(out.gaps, "T4", kernel.launch_dur_s)
             if i:
@@ -105,21 +119,36 @@ def table_from_samples(samples: Iterable[OverheadSamples],
     also feeds its prefixes (``T<k>.<a>``, ``T<k>``) as fallbacks."""
     samples = list(samples)
     pooled: dict[str, list[float]] = {}
-    leaf: dict[str, list[float]] = {}
+    leaf: dict[str, list[tuple[float, float]]] = {}
     for s in samples:
         for key, values in s.gaps.items():
             parts = key.split(".")
             for n in range(1, len(parts) + 1):
                 pooled.setdefault(".".join(parts[:n]), []).extend(values)
-        for name, values in s.leaf.items():
-            leaf.setdefault(name, []).extend(values)
-    every_leaf = [v for values in leaf.values() for v in values]
+        for name, pairs in s.leaf.items():
+            leaf.setdefault(name, []).extend(pairs)
+    lines = {name: fit_leaf_line(pairs, bandwidth_B_per_s) for name, pairs in sorted(leaf.items())}
     return OverheadTable(
         gaps={k: statistics.median(v) for k, v in sorted(pooled.items())},
-        leaf={k: statistics.median(v) for k, v in sorted(leaf.items())},
-        leaf_default_s=statistics.median(every_leaf) if every_leaf else 0.0,
+        leaf=lines,
+        leaf_default_s=statistics.median([a for a, _ in lines.values()]) if lines else 0.0,
         bandwidth_B_per_s=bandwidth_B_per_s,
         workloads=tuple(sorted(s.workload for s in samples)))
+
+
+def fit_leaf_line(pairs: list[tuple[float, float]], bandwidth_B_per_s: float) -> tuple[float, float]:
+    """``(a s, b s/B)`` of ``seconds = a + b·bytes`` over ``pairs`` of
+    (seconds, bytes); see the module docstring."""
+    seconds = np.array([p[0] for p in pairs], dtype=float)
+    nbytes = np.array([p[1] for p in pairs], dtype=float)
+    if len(pairs) >= 3 and nbytes.min() > 0 and nbytes.max() >= 2 * nbytes.min():
+        b, a = np.polyfit(nbytes, seconds, 1)
+        if b >= 0 and a >= 0:
+            return float(a), float(b)
+        if b >= 0:  # a line through the origin
+            return 0.0, float(np.dot(nbytes, seconds) / np.dot(nbytes, nbytes))
+    b = 1.0 / bandwidth_B_per_s
+    return max(0.0, float(np.median(seconds - b * nbytes))), b
 
 
 # -- files ------------------------------------------------------------------------------
@@ -136,7 +165,7 @@ def save_samples(path: Path, samples: OverheadSamples) -> None:
     write_json_atomic(path, {
         "schema": OVERHEADS_SCHEMA, "workload": samples.workload,
         "gaps": {k: _thin(v) for k, v in sorted(samples.gaps.items())},
-        "leaf": {k: _thin(v) for k, v in sorted(samples.leaf.items())}})
+        "leaf": {k: [list(p) for p in _thin(v)] for k, v in sorted(samples.leaf.items())}})
 
 
 def load_samples(path: Path) -> OverheadSamples:
@@ -149,15 +178,20 @@ def load_samples(path: Path) -> OverheadSamples:
             or not isinstance(data.get("workload"), str):
         raise ValueError(f"{path}: not perfmodel overhead samples of schema {OVERHEADS_SCHEMA}")
     out = OverheadSamples(data["workload"])
-    for part in ("gaps", "leaf"):
-        table = data.get(part)
-        if not isinstance(table, dict):
-            raise ValueError(f"{path}: {part!r} must be an object of lists")
-        for key, values in table.items():
-            if not isinstance(values, list) or not all(_is_seconds(v) for v in values):
-                raise ValueError(f"{path}: {part}[{key!r}] must be a list of non-negative "
-                                 f"seconds")
-            getattr(out, part)[key] = [float(v) for v in values]
+    gaps, leaf = data.get("gaps"), data.get("leaf")
+    if not isinstance(gaps, dict) or not isinstance(leaf, dict):
+        raise ValueError(f"{path}: 'gaps' and 'leaf' must be objects")
+    for key, values in gaps.items():
+        if not isinstance(values, list) or not all(_is_seconds(v) for v in values):
+            raise ValueError(f"{path}: gaps[{key!r}] must be a list of non-negative seconds")
+        out.gaps[key] = [float(v) for v in values]
+    for name, pairs in leaf.items():
+        if not isinstance(pairs, list) or not all(
+                isinstance(p, list) and len(p) == 2 and all(_is_seconds(v) for v in p)
+                for p in pairs):
+            raise ValueError(f"{path}: leaf[{name!r}] must be a list of [seconds, bytes] pairs "
+                             f"of non-negative numbers")
+        out.leaf[name] = [(float(p[0]), float(p[1])) for p in pairs]
     return out
 
 
@@ -181,11 +215,5 @@ def table_record(table: OverheadTable, device_key: str) -> dict:
     """The JSON form of ``table`` (``overheads.json``)."""
     return {"schema": OVERHEADS_SCHEMA, "device_key": device_key,
             "workloads": list(table.workloads), "bandwidth_B_per_s": table.bandwidth_B_per_s,
-            "leaf_default_s": table.leaf_default_s, "gaps": table.gaps, "leaf": table.leaf}
-
-
-def table_summary(table: OverheadTable, keys: Mapping[str, str] | None = None) -> list[str]:
-    """Lines ``key  median µs`` for the gap keys (all by default)."""
-    names = keys or {k: k for k in table.gaps}
-    return [f"{label:<28} {table.gaps[k] * 1e6:9.2f} µs" for k, label in names.items()
-            if k in table.gaps]
+            "leaf_default_s": table.leaf_default_s, "gaps": table.gaps,
+            "leaf": {k: list(v) for k, v in table.leaf.items()}}

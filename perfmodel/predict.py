@@ -51,15 +51,45 @@ def op_predictions(tasks: list[Task], fit) -> tuple[list[float | None], dict[str
     return out, missing
 
 
-def sim_tasks(graph: Graph, fit, table: OverheadTable, on_device: bool) -> tuple[
-        list[SimTask], dict[str, int]]:
+def parse_bias(spec: str) -> dict[str, float]:
+    """``"linear=1.1,overhead=1.05"`` -> ``{"linear": 1.1, "overhead": 1.05}``.
+
+    Keys are an op (``linear``), an op and direction (``linear.backward``) or
+    ``overhead`` (host gaps and unmodelled nodes); values are factors > 0.
+    ValueError naming the bad part otherwise."""
+    from perfmodel.ops import OPS
+
+    out = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        key, sep, value = part.partition("=")
+        op, _, direction = key.partition(".")
+        known = key == "overhead" or (op in OPS and direction in ("", *OPS[op].directions))
+        try:
+            factor = float(value)
+        except ValueError:
+            factor = -1.0
+        if not sep or not known or not factor > 0:
+            raise ValueError(f"bad bias {part!r}: expected <op>[.<direction>]=<factor> or "
+                             f"overhead=<factor>, with a known op and a factor > 0")
+        out[key] = factor
+    return out
+
+
+def sim_tasks(graph: Graph, fit, table: OverheadTable, on_device: bool,
+              bias: dict[str, float] | None = None) -> tuple[list[SimTask], dict[str, int]]:
     """The :class:`SimTask` list of ``graph``: op tasks priced by ``fit``, the rest
-    by ``table``. ``on_device``: the ops run as kernels on a CUDA device."""
+    by ``table``. ``on_device``: the ops run as kernels on a CUDA device.
+    ``bias`` (see :func:`parse_bias`) scales predictions: a planted error, to
+    check that the gate catches it."""
+    bias = bias or {}
     predicted, missing = op_predictions(graph.tasks, fit)
+    host_factor = bias.get("overhead", 1.0)
     out = []
     for task, value in zip(graph.tasks, predicted):
+        if value is not None:
+            value *= bias.get(f"{task.op}.{task.direction}", bias.get(task.op, 1.0))
         if task.kind == "overhead":
-            out.append(SimTask(task.name, "host overhead", table.gap(task.name),
+            out.append(SimTask(task.name, "host overhead", host_factor * table.gap(task.name),
                                region=task.region))
         elif task.kind == "covered":
             continue
@@ -71,7 +101,8 @@ def sim_tasks(graph: Graph, fit, table: OverheadTable, on_device: bool) -> tuple
                                    inputs=task.inputs, outputs=task.outputs, sync=task.sync,
                                    region=task.region))
         else:  # unmodelled, or an op without a fitted predictor
-            out.append(SimTask(task.name, "unmodelled", table.leaf_cost(task.name, task.bytes),
+            out.append(SimTask(task.name, "unmodelled",
+                               host_factor * table.leaf_cost(task.name, task.bytes),
                                inputs=task.inputs, outputs=task.outputs, sync=task.sync,
                                region=task.region))
     return out, missing
@@ -90,9 +121,9 @@ def _device_task(task: Task, device_s: float, table: OverheadTable) -> SimTask:
 
 
 def predict_graph(graph: Graph, fit, table: OverheadTable, on_device: bool = False,
-                  keep_timeline: bool = True) -> Prediction:
-    """Predict the iteration of ``graph``."""
-    tasks, missing = sim_tasks(graph, fit, table, on_device)
+                  keep_timeline: bool = True, bias: dict[str, float] | None = None) -> Prediction:
+    """Predict the iteration of ``graph`` (``bias``: see :func:`sim_tasks`)."""
+    tasks, missing = sim_tasks(graph, fit, table, on_device, bias)
     sim = simulate(tasks, keep_timeline=keep_timeline)
     return Prediction(sim.total_s, dict(sorted(sim.breakdown_s.items())), sim,
                       graph.unmodelled(), missing, len(graph.tasks))

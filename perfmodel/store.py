@@ -5,7 +5,7 @@ Layout::
     results/<device-key>/device.json            measured CPU spec (cache)
     results/<device-key>/runs/<run-id>.jsonl    header line, then one record per line
     results/<device-key>/predictors/<run-id>/   fitted predictors (JSON + .npz)
-    results/<device-key>/baseline.json          E2E error baseline for the gate
+    results/<device-key>/baseline-<profile>.json  E2E error baseline of a profile, for the gate
 
 A run appends and flushes each record as it is produced, so a run that dies
 loses at most the line it was writing. Readers merge every run file, and a
@@ -91,9 +91,9 @@ class ResultStore:
     def runs_dir(self) -> Path:
         return self.dir / "runs"
 
-    @property
-    def baseline_path(self) -> Path:
-        return self.dir / "baseline.json"
+    def baseline_path(self, profile: str) -> Path:
+        """The E2E baseline of ``profile`` (workload sizes differ per profile)."""
+        return self.dir / f"baseline-{profile}.json"
 
     @property
     def predictors_dir(self) -> Path:

@@ -45,10 +45,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="stop sampling when the 95%% CI of the median is within ±FRACTION")
     group.addoption("--perfmodel-cold-cache", action="store_true",
                     help="flush the GPU L2 before every sample (CUDA only)")
+    group.addoption("--perfmodel-plant-bias", default="", metavar="SPEC",
+                    help="scale predictions to check the gate catches an error, e.g. "
+                         "linear=1.1 or linear.backward=1.05,overhead=1.1")
     group.addoption("--perfmodel-save-baseline", action="store_true",
                     help="run each e2e workload baseline_runs times (pyproject, default 5) "
                          "and store the mean and spread of its error as "
-                         "results/<device-key>/baseline.json")
+                         "results/<device-key>/baseline-<profile>.json")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -68,6 +71,12 @@ def pytest_configure(config: pytest.Config) -> None:
             parse_device(opt.perfmodel_device)
         except ValueError as exc:
             raise pytest.UsageError(f"--perfmodel-device: {exc}") from None
+    from perfmodel.predict import parse_bias
+
+    try:
+        bias = parse_bias(opt.perfmodel_plant_bias)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--perfmodel-plant-bias: {exc}") from None
     try:
         settings = load_settings(config.rootpath / "pyproject.toml")
     except SettingsError as exc:
@@ -75,7 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
     root = Path(opt.perfmodel_results) if opt.perfmodel_results else config.rootpath / "results"
     options = Options(opt.perfmodel_device, opt.perfmodel_profile, root.resolve(), threads,
                       opt.perfmodel_save_baseline, budget, opt.perfmodel_target_ci,
-                      opt.perfmodel_cold_cache)
+                      opt.perfmodel_cold_cache, bias)
     config.stash[SESSION_KEY] = PerfmodelSession(options, settings, config.rootpath)
 
 
@@ -160,7 +169,8 @@ def pytest_runtestloop(session: pytest.Session):
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     pm = config.stash.get(SESSION_KEY, None)
-    if pm is None or not (pm.accuracy or pm.e2e or pm.gate.lines or pm.problems):
+    if pm is None or not (pm.accuracy or pm.e2e or pm.user_models or pm.gate.lines or pm.problems
+                          or pm.notes):
         return
     from pytest_perfmodel.summary import summary_lines
 

@@ -29,6 +29,7 @@ class Options:
     budget_s: float
     target_rel_ci: float
     cold_cache: bool
+    bias: dict[str, float] = field(default_factory=dict)  # planted prediction error
 
 
 @dataclass
@@ -57,6 +58,7 @@ class PerfmodelSession:
         self.user_models: list = []  # E2EResult of perfmodel_predict calls (not gated)
         self.e2e_expected: set[str] = set()  # workloads of the collected e2e items
         self._graphs: dict = {}  # workload -> task Graph traced this session
+        self.notes: list[str] = []  # informational lines for the summary
         self.problems: list[str] = []  # unreadable result files, reported in the summary
         self.gate = GateOutcome()
 
@@ -176,7 +178,8 @@ class PerfmodelSession:
             table, problems = shared_table(self.store.dir, self.device.mem_bandwidth_Bps)
             self._note_problems(problems)
             result = predict_and_measure(workload, step.step, step.items, graph, fit, table,
-                                         self.torch_device, self.device.mem_bandwidth_Bps)
+                                         self.torch_device, self.device.mem_bandwidth_Bps,
+                                         bias=self.options.bias, profile=self.options.profile)
             self.record_e2e(result)
             del step
 
@@ -193,11 +196,12 @@ class PerfmodelSession:
         """``workload`` built on this device (full size on a GPU); skips the item,
         and drops it from the gate with a warning, when a package it needs is
         missing."""
+        from perfmodel.e2e import GPU_WORKLOAD_SIZE, WORKLOAD_SIZE
         from perfmodel.workloads import build_workload
 
+        sizes = WORKLOAD_SIZE if self.device.kind == "cpu" else GPU_WORKLOAD_SIZE
         try:
-            return build_workload(workload, self.torch_device,
-                                  size="full" if self.device.kind != "cpu" else "registered")
+            return build_workload(workload, self.torch_device, size=sizes[self.options.profile])
         except ImportError as exc:
             self.e2e_expected.discard(workload)
             line = f"WARN {workload}: not run, so not gated ({exc})"
@@ -231,6 +235,22 @@ class PerfmodelSession:
         self.user_models.append(result)
         return result
 
+    def time_prediction(self, workload: str, tasks: int, limit_s: float) -> None:
+        """Time the prediction of ``workload``'s graph repeated to ``tasks`` tasks;
+        fail the item when it takes longer than ``limit_s``."""
+        from perfmodel.e2e import shared_table, time_prediction
+
+        fit = self.fit()
+        if fit is None:
+            pytest.fail(f"no fitted predictors under {self.store.dir}", pytrace=False)
+        graph = self._graphs.get(workload) or self._trace(workload, self._build(workload))
+        table, _ = shared_table(self.store.dir, self.device.mem_bandwidth_Bps)
+        n, seconds = time_prediction(graph, fit, table, tasks, self.device.kind != "cpu")
+        self.notes.append(f"prediction speed: {n} tasks predicted and simulated in "
+                          f"{seconds * 1e3:.0f} ms")
+        if seconds > limit_s:
+            pytest.fail(f"predicting {n} tasks took {seconds:.2f} s > {limit_s} s", pytrace=False)
+
     def _note_problems(self, problems: list[str]) -> None:
         for problem in problems:
             if problem not in self.problems:
@@ -251,7 +271,7 @@ class PerfmodelSession:
         errors: dict[str, list[float]] = {}
         for r in self.e2e:
             errors.setdefault(r.workload, []).append(r.error)
-        path = self.store.baseline_path
+        path = self.store.baseline_path(self.options.profile)
         if self.options.save_baseline:
             if errors:
                 save_baseline(path, self.device.key, errors, self.env)

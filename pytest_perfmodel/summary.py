@@ -12,6 +12,12 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 
 
+def _short(node_name: str) -> str:
+    """A trace node name shortened for the summary (``bwd:AddmmBackward0``)."""
+    return node_name.replace("autograd::engine::evaluate_function: ", "bwd:") \
+        .replace("torch::autograd::", "")
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f}ms"
 
@@ -41,9 +47,12 @@ def summary_lines(pm: PerfmodelSession, quiet: bool = False) -> list[str]:
                          f"{_ms(r.predicted_s):>11}{_pct(r.error):>8}{_pct(r.error_own):>9}"
                          f"{_pct(r.unmodelled_share):>12}")
         for r in [*pm.e2e, *pm.user_models]:
-            top = ", ".join(f"{name} x{n} {_pct(share)}" for name, n, share in r.unmodelled[:3])
+            top = ", ".join(f"{_short(name)} x{n} {_pct(share)}"
+                            for name, n, share in r.unmodelled[:3])
             if top:
-                lines.append(f"  {r.workload} unmodelled (of traced time): {top}"[:100])
+                lines.append(f"  {r.workload} unmodelled: {top}"[:100])
+    if not quiet:
+        lines.extend(pm.notes)
     for problem in pm.problems:
         lines.append(f"WARNING unreadable result data skipped: {problem}")
     if pm.gate.lines:

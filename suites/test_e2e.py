@@ -9,3 +9,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.perfmodel_workloads(
 
 def test_e2e(workload, perfmodel_session):
     perfmodel_session.run_e2e(workload)
+
+
+@pytest.mark.e2e
+def test_prediction_speed(perfmodel_session):
+    """Predicting a 10,000-task graph (the transformer's, repeated) takes under a second."""
+    perfmodel_session.time_prediction("transformer_encoder", tasks=10_000, limit_s=1.0)

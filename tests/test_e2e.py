@@ -1,5 +1,8 @@
 """E2E measurement method and error, with a fake clock (no wall-clock asserts)."""
 
+import math
+
+import numpy as np
 import pytest
 
 from perfmodel.e2e import E2EResult, IterationTiming, measure_iteration
@@ -40,3 +43,32 @@ def test_error_is_relative_to_measured():
     assert result.error == pytest.approx(0.25)
     record = result.record({"device_key": "k"})
     assert record["kind"] == "e2e" and record["error"] == pytest.approx(0.25)
+
+
+class _ConstantFit:
+    """Every op predictor says 10 µs per call."""
+
+    def predictor(self, op, direction):
+        class P:
+            def predict(self, dtype, params_list):
+                return np.full(len(params_list), 1e-5)
+
+        return P()
+
+
+def test_hf_gpt2_is_traced_mapped_and_predicted():
+    """A model nobody here wrote: GPT-2 from `transformers`, built from a tiny config."""
+    pytest.importorskip("transformers")
+    from perfmodel.e2e import predict_step
+    from perfmodel.overheads import table_from_samples
+    from perfmodel.workloads import build_workload
+
+    step = build_workload("hf_gpt2", "cpu", size="tiny")
+    table = table_from_samples([], 30e9)
+    result = predict_step(step.step, step.items, "hf_gpt2", _ConstantFit(), table, "cpu", 30e9,
+                          measure=False)
+    ops = {t.op for t in result.graph.op_tasks()}
+    assert {"addmm", "layer_norm", "sdpa", "linear"} <= ops
+    assert result.breakdown_s["gemm"] > 0 and result.breakdown_s["attention"] > 0
+    assert result.predicted_s > 0 and math.isnan(result.measured.median_s)
+    assert result.unmodelled  # reported by name, not dropped

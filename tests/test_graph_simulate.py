@@ -32,7 +32,7 @@ def graph(tmp_path_factory):
         opt.step()
 
     files = capture_trace(step, tmp_path_factory.mktemp("g"), "mlp", iterations=2, warmup=2)
-    return build_graph(load_trace(files.et, files.kineto))
+    return build_graph(load_trace(files.et, files.kineto, files.calibration))
 
 
 def _ops(graph):
@@ -76,9 +76,22 @@ def test_overhead_table_roundtrip_and_fallbacks(graph, tmp_path):
     assert table.leaf_cost("no such op", 1e9) == pytest.approx(table.leaf_default_s + 0.1)
 
 
+def test_leaf_line_fits_size_dependence_and_falls_back():
+    from perfmodel.overheads import fit_leaf_line
+
+    pairs = [(1e-6 + 2e-10 * b, b) for b in (1e3, 1e4, 1e5, 1e6)]
+    a, b = fit_leaf_line(pairs, BANDWIDTH)
+    assert a == pytest.approx(1e-6, rel=1e-6) and b == pytest.approx(2e-10)
+    a, b = fit_leaf_line([(5e-6, 100.0), (7e-6, 120.0)], BANDWIDTH)  # too narrow: median
+    assert b == 1 / BANDWIDTH and a == pytest.approx(6e-6, rel=1e-2)
+    a, b = fit_leaf_line([(1e-6, 0.0)] * 3, BANDWIDTH)
+    assert (a, b) == (pytest.approx(1e-6), 1 / BANDWIDTH)
+
+
 @pytest.mark.parametrize("text, message", [
     ("{", "not readable JSON"), ('{"schema": 1}', "not perfmodel overhead samples"),
     ('{"schema": 1, "workload": "w", "gaps": {"T1": [-1]}, "leaf": {}}', "non-negative"),
+    ('{"schema": 1, "workload": "w", "gaps": {}, "leaf": {"x": [[1e-6]]}}', "[seconds, bytes]"),
 ])
 def test_bad_overhead_samples_name_the_file(tmp_path, text, message):
     path = tmp_path / "w.json"

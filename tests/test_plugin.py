@@ -42,7 +42,7 @@ def plant_baseline(results, key, errors, device_key=None):
     """A schema-2 baseline of ``mlp_small`` with ``errors`` from repeated runs."""
     from perfmodel.gate import save_baseline
 
-    path = results / key / "baseline.json"
+    path = results / key / "baseline-smoke.json"
     save_baseline(path, device_key or key, {"mlp_small": errors}, {})
     return path
 
@@ -94,7 +94,7 @@ def test_missing_workload_fails_unless_deselected(pytester, planted_results):
     from perfmodel.gate import save_baseline
 
     results, key = planted_results
-    save_baseline(results / key / "baseline.json", key,
+    save_baseline(results / key / "baseline-smoke.json", key,
                   {"mlp_small": BASE, "dlrm_random": BASE}, {})
     pytester.makepyfile("""
 import pytest
@@ -128,21 +128,21 @@ def test_missing_baseline_is_a_message_not_a_crash(pytester, planted_results):
     pytester.makepyfile(GATE_SUITE.format(predicted=0.125))
     out = run(pytester, results, "-m", "e2e")
     assert out.ret == 0
-    out.stdout.fnmatch_lines([f"no baseline at {results / key / 'baseline.json'}; not gating.*"])
+    out.stdout.fnmatch_lines([f"no baseline at {results / key / 'baseline-smoke.json'}; not gating.*"])
 
 
 def test_save_baseline_then_gate(pytester, planted_results):
     results, key = planted_results
     pytester.makepyfile(GATE_SUITE.format(predicted=0.11))
     assert run(pytester, results, "-m", "e2e", "--perfmodel-save-baseline").ret == 0
-    saved = json.loads((results / key / "baseline.json").read_text())
+    saved = json.loads((results / key / "baseline-smoke.json").read_text())
     assert saved["workloads"]["mlp_small"]["mean"] == pytest.approx(0.1)
     assert run(pytester, results, "-m", "e2e").ret == 0
 
 
 def test_corrupt_baseline_fails_the_gate_with_its_path(pytester, planted_results):
     results, key = planted_results
-    path = results / key / "baseline.json"
+    path = results / key / "baseline-smoke.json"
     path.write_text("{not json")
     pytester.makepyfile(GATE_SUITE.format(predicted=0.11))
     out = run(pytester, results, "-m", "e2e")
@@ -238,3 +238,33 @@ def test_plugin_import_is_light():
             "print(heavy); sys.exit(bool(heavy))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+USER_MODEL_SUITE = """
+import torch
+import torch.nn.functional as F
+
+def test_my_model(perfmodel_predict):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, foreach=True)
+    batch = (torch.randn(4, 8), torch.randn(4, 1))
+    result = perfmodel_predict(model, batch, lambda m, b: F.mse_loss(m(b[0]), b[1]), optimizer)
+    assert result.predicted_s > 0 and result.measured.median_s > 0
+    assert result.breakdown_s["gemm"] > 0 and result.measured.items_per_s > 0
+"""
+
+
+def test_user_model_fixture_predicts_and_measures(pytester, planted_results):
+    """The fixture a newcomer tries first, with the repository's committed fit."""
+    import shutil
+    from pathlib import Path
+
+    results, key = planted_results
+    committed = sorted((Path(__file__).parents[1] / "results").glob("*/predictors/*/index.json"))
+    assert committed, "the repository should hold at least one fitted predictor set"
+    shutil.copytree(committed[-1].parent, results / key / "predictors" / committed[-1].parent.name)
+    pytester.makepyfile(USER_MODEL_SUITE)
+    out = run(pytester, results)
+    out.assert_outcomes(passed=1)
+    out.stdout.fnmatch_lines(["workload*measured*predicted*", "user_model *"])

@@ -27,12 +27,15 @@ def mlp_trace(tmp_path_factory):
     return capture_trace(step, tmp_path_factory.mktemp("trace"), "mlp", iterations=2, warmup=1)
 
 
-def test_capture_marks_iterations_and_times_nodes(mlp_trace):
-    trace = load_trace(mlp_trace.et, mlp_trace.kineto)
+def test_capture_aligns_the_et_iteration_with_kineto_timings(mlp_trace):
+    trace = load_trace(mlp_trace.et, mlp_trace.kineto, mlp_trace.calibration)
     marks = trace.iterations()
-    assert len(marks) == 2 and trace.timed
+    assert len(marks) == 1 and trace.timed
+    assert 0 <= trace.profiler_overhead_s < 1e-3
     last = trace.last_iteration()
     assert last is marks[-1] and last.dur_s > 0
+    untimed = [n.name for n in last.walk() if n.dur_s is None]
+    assert not untimed
     names = [c.name for c in last.children]
     assert names.count("aten::linear") == 2
     assert any(n.startswith("autograd::engine::evaluate_function: AddmmBackward0") for n in names)

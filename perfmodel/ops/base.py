@@ -118,6 +118,11 @@ class OpDef:
         ``None`` when the node is not an instance of this op."""
         raise NotImplementedError
 
+    def backward_via(self, params: Mapping[str, int]) -> tuple[str, dict[str, int]] | None:
+        """For an op without a ``backward`` direction of its own: the op (name)
+        and config whose backward is the same work, or None."""
+        return None
+
     def params_from_node(self, node) -> dict[str, int] | None:
         """This op's config from a :class:`~perfmodel.trace.TraceNode` (whose
         name is one of ``trace_names``), or None when the node is not an

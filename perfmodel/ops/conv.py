@@ -16,13 +16,14 @@ from typing import Mapping
 from perfmodel.ops.base import DTYPE_BYTES, OpDef, log_uniform_ints, sample_configs, torch_dtype
 
 #: Configs per profile and the largest forward FLOP count of one call.
-_CONFIGS = {"smoke": 4, "quick": 20, "full": 2000}
+_CONFIGS = {"smoke": 4, "quick": 48, "full": 2000}
 _MAX_FLOPS = {"smoke": 2e6, "quick": 5e7, "full": 2e10}
 #: Largest channel count and spatial size drawn, per profile.
 _MAX_CHANNELS = {"smoke": 16, "quick": 256, "full": 2048}
 _MAX_BATCH = {"smoke": 2, "quick": 16, "full": 128}
-#: Kinds of conv cycled through, so every profile has dense, depthwise and grouped ones.
-_KINDS = ("dense", "depthwise", "grouped")
+#: Kinds of conv cycled through, so every profile has dense, pointwise (1×1),
+#: depthwise and grouped ones, the layers of ResNet- and MobileNet-style nets.
+_KINDS = ("dense", "pointwise", "depthwise", "grouped")
 
 
 def out_size(size: int, r: int, stride: int, pad: int, dil: int) -> int:
@@ -66,7 +67,7 @@ class _Conv(OpDef):
             k = g * log_uniform_ints(rng, 1, max(1, top // g))
         else:
             g, c, k = 1, log_uniform_ints(rng, 1, top), log_uniform_ints(rng, 1, top)
-        r = rng.choice((1, 3, 3, 5, 7))
+        r = 1 if kind == "pointwise" else rng.choice((1, 3, 3, 5, 7))
         dil = rng.choice((1, 1, 1, 2))
         cfg = {"N": log_uniform_ints(rng, 1, _MAX_BATCH[profile]), "C": c, "K": k, "R": r,
                "STRIDE": rng.choice((1, 1, 2)), "PAD": rng.choice((0, dil * (r // 2))),
@@ -74,6 +75,16 @@ class _Conv(OpDef):
         for s in self.spatial:
             cfg[s] = log_uniform_ints(rng, 2, self.max_spatial[profile])
         return cfg
+
+    extra_feature_names = ("depthwise", "pointwise", "output_elements", "channels_per_group")
+
+    def extra_features(self, params, dtype, direction):
+        """CPU conv kernels differ by kind: depthwise (one channel per group) is
+        memory-bound, 1×1 runs as a GEMM. Flags for both, the output elements and
+        the input channels per group."""
+        _, _, out, _ = self._sizes(params)
+        return [float(params["GROUPS"] == params["C"] and params["C"] > 1),
+                float(params["R"] == 1), out, params["C"] / params["GROUPS"]]
 
     # -- running -----------------------------------------------------------
     def make_runner(self, params, dtype, direction, device):

@@ -56,7 +56,7 @@ REUSE_TABLES = 4
 MAX_WEIGHT_BYTES = {"smoke": 4 << 20, "quick": 64 << 20, "full": 1 << 30}
 #: Largest forward bytes moved of one call (B), keeping profiles inside their time.
 MAX_FORWARD_BYTES = {"smoke": 4e6, "quick": 1.5e8, "full": 4e9}
-_CONFIGS = {"smoke": 4, "quick": 12}
+_CONFIGS = {"smoke": 4, "quick": 32}
 _RANGES = {
     "smoke": {"B": (8, 128), "E": (64, 4096), "T": (1, 4), "L": (1, 32), "D": (4, 64)},
     "quick": {"B": (16, 1024), "E": (256, 200_000), "T": (1, 16), "L": (1, 64), "D": (4, 256)},
@@ -386,9 +386,9 @@ class _Tbe(_Embedding):
         arguments (fbgemm_gpu 1.8 ``*_function_pt2`` schema): the weights list
         (first tensor T·E·D elements), ``D_offsets`` [T+1], ``max_D`` (the
         second Int), ``indices`` [T·B·L] and ``offsets`` [T·B+1]. Tables of
-        one size and dim are assumed (as the microbenchmark builds them); the
-        index distribution is not in a trace, so ``ZIPF`` is uniform. None for
-        the backward kernel nodes and for any other layout."""
+        different sizes or bags of different lengths read as their means
+        (``E`` and ``L`` rounded); the index distribution is not in a trace,
+        so ``ZIPF`` is uniform. None for any other layout."""
         shapes, types, values = node.input_shapes, node.input_types, node.input_values
         if len(shapes) < 9 or not str(types[1]).startswith("GenericList[Tensor"):
             return None
@@ -400,13 +400,13 @@ class _Tbe(_Embedding):
         except (IndexError, TypeError, ValueError):
             return None
         t = t_plus_1 - 1
-        if min(t, d, n) < 1 or (bags_plus_1 - 1) % t or weights % (t * d):
+        if min(t, d, n) < 1 or (bags_plus_1 - 1) % t or weights < t * d:
             return None
         b = (bags_plus_1 - 1) // t
-        if b < 1 or n % (t * b):
+        if b < 1:
             return None
-        return {"B": b, "E": weights // (t * d), "T": t, "L": n // (t * b), "D": d,
-                "ZIPF": UNIFORM}
+        return {"B": b, "E": round(weights / (t * d)), "T": t, "L": max(1, round(n / (t * b))),
+                "D": d, "ZIPF": UNIFORM}
 
 
 class TbeSgd(_Tbe):

@@ -65,6 +65,11 @@ class Addmm(_Gemm):
         m, n, k = params["M"], params["N"], params["K"]
         return DTYPE_BYTES[dtype] * (m * k + k * n + n + m * n)
 
+    def backward_via(self, params):
+        """Autograd's backward of ``addmm(bias, A, B)`` is linear's with
+        B = M, IN = K, OUT = N: two GEMMs and the bias reduction."""
+        return "linear", {"B": params["M"], "IN": params["K"], "OUT": params["N"]}
+
     def params_from_shapes(self, input_shapes):
         if len(input_shapes) < 3 or len(input_shapes[1]) != 2 or len(input_shapes[2]) != 2:
             return None

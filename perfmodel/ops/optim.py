@@ -25,7 +25,7 @@ import math
 from perfmodel.ops.base import DTYPE_BYTES, OpDef, check_profile, torch_dtype
 from perfmodel.ops.base import random_configs
 
-_CONFIGS = {"smoke": 4, "quick": 12, "full": 1000}
+_CONFIGS = {"smoke": 4, "quick": 24, "full": 1000}
 #: Most parameter elements (NTENSORS × NUMEL) of one step, per profile.
 _MAX_ELEMS = {"smoke": 1 << 16, "quick": 1 << 22, "full": 1 << 26}
 _RANGES = {"NTENSORS": (1, 512), "NUMEL": (1, 1 << 22)}
