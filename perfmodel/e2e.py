@@ -67,6 +67,7 @@ class E2EResult:
     n_tasks: int = 0
     traced_s: float | None = None
     overhead_workloads: tuple[str, ...] = ()
+    bias: dict[str, float] = field(default_factory=dict)  # planted prediction error, if any
     prediction: Prediction | None = field(default=None, repr=False)
     graph: Graph | None = field(default=None, repr=False)
 
@@ -98,7 +99,8 @@ class E2EResult:
                 "unmodelled": [list(row) for row in self.unmodelled],
                 "no_predictor": self.no_predictor, "n_tasks": self.n_tasks,
                 "traced_s": self.traced_s,
-                "overhead_workloads": list(self.overhead_workloads), "env": env}
+                "overhead_workloads": list(self.overhead_workloads), "bias": self.bias,
+                "env": env}
 
 
 def measure_iteration(step: Callable[[], object], items: int, warmup: int = 10, repeat: int = 30,
@@ -175,7 +177,7 @@ def predict_and_measure(name: str, step: Callable[[], object], items: int, graph
     return E2EResult(name, measured, shared.total_s, shared.breakdown_s, own.total_s,
                      dict(sorted(shared.sim.regions_s.items())), shared.unmodelled,
                      shared.no_predictor, shared.n_tasks, graph.measured_s, table.workloads,
-                     shared, graph)
+                     dict(bias or {}), shared, graph)
 
 
 def time_prediction(graph: Graph, fit, table: OverheadTable, tasks: int = 10_000,

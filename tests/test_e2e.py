@@ -72,3 +72,33 @@ def test_hf_gpt2_is_traced_mapped_and_predicted():
     assert result.breakdown_s["gemm"] > 0 and result.breakdown_s["attention"] > 0
     assert result.predicted_s > 0 and math.isnan(result.measured.median_s)
     assert result.unmodelled  # reported by name, not dropped
+
+
+def test_planted_bias_parses_and_names_bad_parts():
+    from perfmodel.predict import parse_bias
+
+    assert parse_bias("linear=1.1, overhead=0.95") == {"linear": 1.1, "overhead": 0.95}
+    assert parse_bias("linear.backward=1.05") == {"linear.backward": 1.05}
+    assert parse_bias("") == {}
+    for bad in ("linear", "nosuchop=1.1", "linear.sideways=1.1", "linear=-1", "linear=x"):
+        with pytest.raises(ValueError, match="bad bias"):
+            parse_bias(bad)
+
+
+def test_planted_bias_scales_one_op_and_the_overheads():
+    from perfmodel.graph import Graph, Task
+    from perfmodel.overheads import OverheadTable
+    from perfmodel.predict import predict_graph
+
+    graph = Graph([Task("op", "aten::linear", "gemm", op="linear", direction="forward",
+                        dtype="float32", params={"B": 1, "IN": 1, "OUT": 1}),
+                   Task("op", "aten::relu", "elementwise", op="relu", direction="forward",
+                        dtype="float32", params={"ROWS": 1, "COLS": 1}),
+                   Task("overhead", "T1.iteration.op", "host overhead")], 1.0)
+    table = OverheadTable({"T1": 2e-5}, {}, 0.0, 1e10, ())
+    plain = predict_graph(graph, _ConstantFit(), table)
+    biased = predict_graph(graph, _ConstantFit(), table, bias={"linear": 1.1, "overhead": 2.0})
+    assert plain.total_s == pytest.approx(4e-5)
+    assert biased.breakdown_s["gemm"] == pytest.approx(1.1e-5)
+    assert biased.breakdown_s["elementwise"] == pytest.approx(1e-5)
+    assert biased.breakdown_s["host overhead"] == pytest.approx(4e-5)

@@ -98,3 +98,14 @@ def test_analytical_embedding_model_is_a_candidate_only_where_it_applies():
     assert "embedding_analytic" not in candidate_kinds(get_op("addmm"), "forward")
     model = make_predictor("embedding_analytic", SPEC, get_op("tbe_rowwise_adagrad"), "backward")
     assert model.kind == "backward_rowwise_adagrad" and model.spec == SPEC
+
+
+def test_choice_prefers_random_split_and_breaks_ties_by_extrapolation():
+    from perfmodel.fitting import choose_kind
+
+    chosen, why = choose_kind({"shape": {"gmae": 0.50, "gmae_extrapolation": 1.0},
+                               "efficiency": {"gmae": 0.30, "gmae_extrapolation": 1.4}})
+    assert chosen == "efficiency" and "efficiency 30.0% (extrap 140.0%)" in why
+    chosen, _ = choose_kind({"shape": {"gmae": 0.105, "gmae_extrapolation": 0.2},
+                             "efficiency": {"gmae": 0.100, "gmae_extrapolation": 0.4}})
+    assert chosen == "shape"  # within the 2-point tie, it extrapolates better

@@ -268,3 +268,11 @@ def test_user_model_fixture_predicts_and_measures(pytester, planted_results):
     out = run(pytester, results)
     out.assert_outcomes(passed=1)
     out.stdout.fnmatch_lines(["workload*measured*predicted*", "user_model *"])
+
+
+def test_bad_planted_bias_is_a_usage_error(pytester, planted_results):
+    results, _ = planted_results
+    pytester.makepyfile("def test_x():\n    pass\n")
+    out = run(pytester, results, "--perfmodel-plant-bias=linear=oops")
+    assert out.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--perfmodel-plant-bias: bad bias 'linear=oops'" in out.stderr.str()

@@ -44,14 +44,14 @@ class _Kind:
 
 #: The family. Unary backward reads grad_out and x (or y), writes grad_in.
 _TABLE = {
-    "relu": _Kind("unary", (1, 1, 1), (1, 2, 1), trace_names=("aten::relu",)),
+    "relu": _Kind("unary", (1, 1, 1), (1, 2, 1), trace_names=("aten::relu", "aten::relu_")),
     "gelu": _Kind("unary", (8, 1, 1), (12, 2, 1), trace_names=("aten::gelu",)),
     "sigmoid": _Kind("unary", (4, 1, 1), (3, 2, 1), trace_names=("aten::sigmoid",)),
     "tanh": _Kind("unary", (4, 1, 1), (3, 2, 1), trace_names=("aten::tanh",)),
     # max, subtract, exp, sum, divide; backward y * (g - sum(g * y)).
     "softmax": _Kind("unary", (5, 1, 1), (4, 2, 1),
                      trace_names=("aten::softmax", "aten::_softmax")),
-    "add": _Kind("binary", (1, 2, 1), None, trace_names=("aten::add",)),
+    "add": _Kind("binary", (1, 2, 1), None, trace_names=("aten::add", "aten::add_")),
     # backward: grad_a = g * b, grad_b = g * a.
     "mul": _Kind("binary", (1, 2, 1), (2, 3, 2), trace_names=("aten::mul",)),
     "sum": _Kind("unary", (1, 1, 0), None, (0, 1), trace_names=("aten::sum",)),
