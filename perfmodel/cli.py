@@ -16,6 +16,26 @@ def _devices(args: argparse.Namespace) -> int:
     return 0
 
 
+def _baseline(args: argparse.Namespace) -> int:
+    from perfmodel.device import detect_device
+    from perfmodel.gate import baseline_errors, save_baseline
+    from perfmodel.store import ResultStore
+
+    spec = detect_device(args.device, Path(args.results), threads=args.threads)
+    store = ResultStore(Path(args.results), spec.key)
+    loaded = store.load("e2e")
+    for problem in loaded.problems:
+        print(f"warning: skipped {problem}", file=sys.stderr)
+    errors = baseline_errors(loaded.records, args.profile, args.last)
+    env = max(loaded.records, key=lambda r: str(r.get("run_id")))["env"]
+    path = store.baseline_path(args.profile)
+    saved = save_baseline(path, spec.key, errors, env)
+    for workload, entry in saved.entries.items():
+        print(f"{workload:<22} mean {entry.mean:+7.2%}  spread {entry.spread:6.2%}  n {entry.n}")
+    print(f"wrote {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="perfmodel", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -26,6 +46,18 @@ def build_parser() -> argparse.ArgumentParser:
     devices.add_argument("--results", default="results", help="results root (default: results)")
     devices.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
     devices.set_defaults(func=_devices)
+    baseline = sub.add_parser(
+        "baseline", help="write the E2E gate's baseline from stored runs",
+        description="Write RESULTS/<device-key>/baseline-<profile>.json from the signed E2E "
+                    "errors of the newest LAST stored runs of PROFILE (runs with a planted "
+                    "bias are left out): the same file --perfmodel-save-baseline writes, "
+                    "built from runs you already have, e.g. a CI history.")
+    baseline.add_argument("--profile", default="quick", help="profile of the runs (default: quick)")
+    baseline.add_argument("--last", type=int, default=5, help="newest runs to use (default: 5)")
+    baseline.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: auto)")
+    baseline.add_argument("--results", default="results", help="results root (default: results)")
+    baseline.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
+    baseline.set_defaults(func=_baseline)
     return parser
 
 

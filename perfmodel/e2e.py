@@ -77,6 +77,11 @@ class E2EResult:
         return abs(self.predicted_s - self.measured.median_s) / self.measured.median_s
 
     @property
+    def signed_error(self) -> float:
+        """(predicted - measured) / measured: positive when over-predicted."""
+        return (self.predicted_s - self.measured.median_s) / self.measured.median_s
+
+    @property
     def error_own(self) -> float | None:
         """The error with the workload's own overhead table."""
         if self.predicted_own_s is None:
@@ -94,6 +99,7 @@ class E2EResult:
                 "measured_sd_s": self.measured.sd_s, "repeat": self.measured.repeat,
                 "number": self.measured.number, "items_per_s": self.measured.items_per_s,
                 "predicted_s": self.predicted_s, "error": self.error,
+                "signed_error": self.signed_error,
                 "predicted_own_s": self.predicted_own_s, "error_own": self.error_own,
                 "breakdown_s": self.breakdown_s, "regions_s": self.regions_s,
                 "unmodelled": [list(row) for row in self.unmodelled],
@@ -229,8 +235,6 @@ def predict_model(model: Any, batch: Any, loss_fn: Callable[[Any, Any], Any], op
     to the leading dim of the first tensor in ``batch``. The model's own
     overhead samples are not added to the shared table.
     """
-    import torch
-
     from perfmodel.device import detect_device
     from perfmodel.fitting import load_latest_fit
     from perfmodel.store import ResultStore

@@ -1,20 +1,25 @@
 """The CI gate: compare each workload's E2E prediction error with a noise-aware baseline.
 
-Errors are fractions (0.05 = 5%). The baseline keeps, per workload, the errors of
-``n`` repeated runs of unchanged code, their mean and their sample standard
-deviation (the spread). A new error fails when it exceeds
+Errors are signed fractions, (predicted - measured) / measured (0.05 = 5% over).
+The baseline keeps, per workload, the signed errors of ``n`` repeated runs of
+unchanged code, their mean and their sample standard deviation (the spread). A
+new error fails when its magnitude exceeds
 
-    allowed = mean + max(k * spread, min_margin)
+    allowed = |mean| + max(k * spread, min_margin)
 
 so a noisy workload gets room in proportion to its measured noise, and a quiet one
 still gets ``min_margin`` (one percentage point by default) rather than none.
-An optional absolute ceiling per workload fails regardless of the baseline.
+The spread is taken over the signed errors because a workload predicted close to
+its measured time has errors of both signs: the spread of their magnitudes would
+understate its noise (on cpu-amd-epyc-2c, mlp_small's errors over five runs were
+-5.6..+3.6%: |error| sd 1.3%, signed sd 4.6%; the next runs reached -14.5% and
++17.4%). An optional absolute ceiling per workload fails regardless of the baseline.
 
 The baseline file (``results/<device-key>/baseline-<profile>.json``, schema 2) is plain JSON::
 
     {"schema": 2, "device_key": "cpu-...", "created_unix_s": 1.7e9, "env": {...},
-     "workloads": {"mlp_small": {"mean": 0.05, "spread": 0.01, "n": 5,
-                                 "errors": [0.04, 0.05, ...]}}}
+     "workloads": {"mlp_small": {"mean": -0.01, "spread": 0.04, "n": 5,
+                                 "errors": [-0.05, 0.03, ...]}}}
 """
 
 from __future__ import annotations
@@ -53,10 +58,17 @@ def _check_error_value(value: object, what: str) -> float:
     return float(value)
 
 
+def _check_signed_error(value: object, what: str) -> float:
+    """``value`` as a float when it is a finite number; ValueError otherwise."""
+    if not _is_number(value) or not math.isfinite(value):
+        raise ValueError(f"{what} = {value!r} is not a finite fraction")
+    return float(value)
+
+
 # -- the baseline ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class BaselineEntry:
-    """One workload's E2E errors over ``n`` repeated runs (fractions).
+    """One workload's signed E2E errors over ``n`` repeated runs (fractions).
 
     ``mean`` is their mean and ``spread`` their sample standard deviation
     (0 when ``n == 1``).
@@ -69,8 +81,8 @@ class BaselineEntry:
 
     @classmethod
     def from_errors(cls, errors: Iterable[float]) -> BaselineEntry:
-        """The entry summarising ``errors``; ValueError when empty, negative or not finite."""
-        values = tuple(_check_error_value(e, f"errors[{i}]") for i, e in enumerate(errors))
+        """The entry summarising signed ``errors``; ValueError when empty or not finite."""
+        values = tuple(_check_signed_error(e, f"errors[{i}]") for i, e in enumerate(errors))
         if not values:
             raise ValueError("a baseline entry needs at least one E2E error; got none")
         spread = statistics.stdev(values) if len(values) > 1 else 0.0
@@ -111,6 +123,27 @@ def save_baseline(path: Path, device_key: str,
         "schema": BASELINE_SCHEMA, "device_key": device_key, "created_unix_s": created,
         "env": dict(env), "workloads": {w: e.to_dict() for w, e in entries.items()}})
     return Baseline(device_key, entries, dict(env), created)
+
+
+def baseline_errors(records: Iterable[Mapping], profile: str,
+                    last_runs: int) -> dict[str, list[float]]:
+    """Signed E2E errors per workload from the newest ``last_runs`` runs of
+    ``profile`` that hold e2e records (store records, see
+    :meth:`perfmodel.store.ResultStore.load`). Records with a planted bias are
+    left out. ValueError when fewer runs than ``last_runs`` qualify."""
+    by_run: dict[str, list[Mapping]] = {}
+    for r in records:
+        if r.get("kind") == "e2e" and r.get("profile") == profile and not r.get("bias"):
+            by_run.setdefault(str(r.get("run_id")), []).append(r)
+    if last_runs < 1 or len(by_run) < last_runs:
+        raise ValueError(f"need {last_runs} run(s) of profile {profile!r} with e2e results "
+                         f"and no planted bias; found {len(by_run)}")
+    errors: dict[str, list[float]] = {}
+    for run in sorted(by_run)[-last_runs:]:  # run ids start with their UTC time
+        for r in by_run[run]:
+            measured = r["measured_s"]
+            errors.setdefault(r["workload"], []).append((r["predicted_s"] - measured) / measured)
+    return errors
 
 
 def load_baseline(path: Path) -> Baseline | None:
@@ -192,12 +225,13 @@ def _entry_from_dict(name: str, raw: object) -> BaselineEntry:
     errors = raw["errors"]
     if not isinstance(errors, list) or not errors:
         raise ValueError(f"'{where}.errors' = {errors!r} is not a non-empty list")
-    values = tuple(_check_error_value(e, f"'{where}.errors[{i}]'") for i, e in enumerate(errors))
+    values = tuple(_check_signed_error(e, f"'{where}.errors[{i}]'")
+                   for i, e in enumerate(errors))
     n = raw["n"]
     if not isinstance(n, int) or isinstance(n, bool) or n != len(values):
         raise ValueError(f"'{where}.n' = {n!r} does not match the {len(values)} "
                          f"error(s) in '{where}.errors'")
-    mean = _check_error_value(raw["mean"], f"'{where}.mean'")
+    mean = _check_signed_error(raw["mean"], f"'{where}.mean'")
     spread = _check_error_value(raw["spread"], f"'{where}.spread'")
     expected = BaselineEntry.from_errors(values)
     for key, stored, derived in (("mean", mean, expected.mean),
@@ -212,7 +246,7 @@ def _entry_from_dict(name: str, raw: object) -> BaselineEntry:
 # -- verdicts ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class GatePolicy:
-    """How much an E2E error (a fraction) may exceed its baseline mean.
+    """How far an E2E error's magnitude (a fraction) may exceed its baseline's.
 
     ``k`` multiplies the baseline spread; ``min_margin`` is the least allowed growth
     (0.01 = one percentage point); ``ceilings`` maps a workload to an absolute
@@ -233,18 +267,18 @@ class GatePolicy:
                                  f"a positive fraction")
 
     def allowed(self, entry: BaselineEntry) -> float:
-        """The largest E2E error (fraction) that passes against ``entry``."""
-        return entry.mean + max(self.k * entry.spread, self.min_margin)
+        """The largest E2E error magnitude (fraction) that passes against ``entry``."""
+        return abs(entry.mean) + max(self.k * entry.spread, self.min_margin)
 
 
 @dataclass(frozen=True)
 class Verdict:
     """The gate's decision for one workload (all errors are fractions).
 
-    ``status`` is one of ``ok``, ``regressed`` (error above the allowed one),
-    ``over_ceiling`` (error above the workload's ceiling; checked first), ``new``
-    (no baseline entry), ``missing`` (in the baseline and expected, but no error)
-    or ``invalid`` (the error is negative or not a finite number).
+    ``status`` is one of ``ok``, ``regressed`` (error magnitude above the allowed
+    one), ``over_ceiling`` (magnitude above the workload's ceiling; checked first),
+    ``new`` (no baseline entry), ``missing`` (in the baseline and expected, but no
+    error) or ``invalid`` (the error is not a finite number).
     """
 
     workload: str
@@ -272,16 +306,17 @@ class Verdict:
         if self.status == "missing":
             return f"FAIL {w}: in the baseline but produced no E2E result"
         if self.status == "invalid":
-            return f"FAIL {w}: E2E error {self.error!r} is not a finite, non-negative fraction"
+            return f"FAIL {w}: E2E error {self.error!r} is not a finite fraction"
         if self.status == "over_ceiling":
-            return (f"FAIL {w}: E2E error {self.error:.2%} exceeds the ceiling "
+            return (f"FAIL {w}: E2E error {self.error:+.2%} exceeds the ceiling "
                     f"{self.ceiling:.2%} set in pyproject.toml")
         if self.status == "new":
-            return (f"NEW  {w}: E2E error {self.error:.2%} (no baseline entry; save one "
+            return (f"NEW  {w}: E2E error {self.error:+.2%} (no baseline entry; save one "
                     f"with --perfmodel-save-baseline)")
-        verb, relation = ("FAIL", "exceeds") if self.failed else ("ok  ", "within")
-        return (f"{verb} {w}: E2E error {self.error:.2%} {relation} baseline "
-                f"{self.entry.mean:.2%} + {self._margin_text()} (allowed {self.allowed:.2%})")
+        verb, relation = ("FAIL", "outside") if self.failed else ("ok  ", "within")
+        return (f"{verb} {w}: E2E error {self.error:+.2%} {relation} baseline "
+                f"{self.entry.mean:+.2%} ± {self._margin_text()} (allowed |error| ≤ "
+                f"{self.allowed:.2%})")
 
     def _margin_text(self) -> str:
         k, spread = self.policy.k, self.entry.spread
@@ -315,7 +350,8 @@ class GateReport:
 def check_errors(errors: Mapping[str, float], baseline: Baseline, policy: GatePolicy,
                  expected: Iterable[str] = (), device_key: str | None = None,
                  env: Mapping | None = None) -> GateReport:
-    """Judge each workload's E2E error (fraction) against ``baseline`` under ``policy``.
+    """Judge each workload's signed E2E error (fraction) against ``baseline`` under
+    ``policy``.
 
     Workloads in ``expected`` that the baseline has but ``errors`` lacks are reported
     ``missing``; baseline workloads not expected (deselected) are not reported.
@@ -331,15 +367,15 @@ def check_errors(errors: Mapping[str, float], baseline: Baseline, policy: GatePo
 
 def _judge(workload: str, error: float, entry: BaselineEntry | None,
            policy: GatePolicy) -> Verdict:
-    if not _is_number(error) or not math.isfinite(error) or error < 0:
+    if not _is_number(error) or not math.isfinite(error):
         return Verdict(workload, "invalid", error, entry, policy)
     ceiling = policy.ceilings.get(workload)
-    if ceiling is not None and error > ceiling:
+    if ceiling is not None and abs(error) > ceiling:
         status = "over_ceiling"
     elif entry is None:
         status = "new"
     else:
-        status = "regressed" if error > policy.allowed(entry) else "ok"
+        status = "regressed" if abs(error) > policy.allowed(entry) else "ok"
     return Verdict(workload, status, float(error), entry, policy)
 
 

@@ -158,6 +158,7 @@ def read_run_file(path: Path, device_key: str) -> tuple[list[dict], list[str]]:
             problems.append(f"{path}:{number}: bad record skipped ({exc})")
             continue
         record["run_id"] = header.get("run_id")
+        record["profile"] = header.get("profile")
         records.append(record)
     if truncated and len(lines) > 1:
         problems.append(f"{path}:{len(lines)}: truncated last line skipped (run interrupted?)")

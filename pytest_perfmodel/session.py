@@ -270,7 +270,7 @@ class PerfmodelSession:
             return self.gate
         errors: dict[str, list[float]] = {}
         for r in self.e2e:
-            errors.setdefault(r.workload, []).append(r.error)
+            errors.setdefault(r.workload, []).append(r.signed_error)
         path = self.store.baseline_path(self.options.profile)
         if self.options.save_baseline:
             if errors:

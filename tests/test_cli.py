@@ -17,3 +17,25 @@ def test_bad_device_is_one_line_and_exit_2(capsys):
     err = capsys.readouterr().err
     assert err.strip() == ("perfmodel devices: error: unknown device 'tpu': "
                            "expected cpu, cuda or cuda:N")
+
+
+def test_baseline_from_stored_runs(planted_results, capsys):
+    from perfmodel.gate import load_baseline
+    from perfmodel.store import ResultStore
+
+    results, key = planted_results
+    store = ResultStore(results, key)
+    for run, predicted in (("20260101T000000Z-1-a", 0.11), ("20260102T000000Z-1-b", 0.09)):
+        writer = store.open_run({"torch": "2.13.0"}, "quick", run)
+        writer.append({"kind": "e2e", "workload": "mlp_small", "measured_s": 0.1,
+                       "predicted_s": predicted, "error": abs(predicted - 0.1) / 0.1,
+                       "env": {"torch": "2.13.0"}})
+        writer.close()
+    args = ["baseline", "--device", "cpu", "--results", str(results), "--threads", "1"]
+    assert main([*args, "--last", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "mlp_small" in out and "n 2" in out
+    entry = load_baseline(store.baseline_path("quick")).entries["mlp_small"]
+    assert entry.mean == 0.0 or abs(entry.mean) < 1e-12
+    assert main([*args, "--last", "3"]) == 2
+    assert "need 3 run(s) of profile 'quick'" in capsys.readouterr().err

@@ -41,6 +41,7 @@ def test_bad_repeat_is_rejected():
 def test_error_is_relative_to_measured():
     result = E2EResult("w", IterationTiming(0.2, 0.0, 5, 1, 1.0), predicted_s=0.15)
     assert result.error == pytest.approx(0.25)
+    assert result.signed_error == pytest.approx(-0.25)  # under-predicted
     record = result.record({"device_key": "k"})
     assert record["kind"] == "e2e" and record["error"] == pytest.approx(0.25)
 

@@ -41,8 +41,8 @@ def test_entry_of_one_run_has_zero_spread():
     assert entry(0.05) == BaselineEntry(0.05, 0.0, 1, (0.05,))
 
 
-@pytest.mark.parametrize("errors", [(), (0.1, -0.01), (0.1, float("nan")), (float("inf"),),
-                                    ("0.1",), (True,)])
+@pytest.mark.parametrize("errors", [(), (0.1, float("nan")), (float("inf"),), ("0.1",),
+                                    (True,)])
 def test_entry_rejects_empty_and_bad_errors(errors):
     with pytest.raises(ValueError):
         BaselineEntry.from_errors(errors)
@@ -57,9 +57,22 @@ def test_k_times_spread_sets_the_allowed_error():
     bad = by_name(check_errors({"a": 0.091}, base, policy))["a"]
     assert ok.status == "ok" and not ok.failed and ok.allowed == pytest.approx(0.044)
     assert bad.status == "regressed" and bad.failed
-    assert bad.line() == ("FAIL a: E2E error 9.10% exceeds baseline 3.20% + 3.0×spread 0.40% "
-                          "(allowed 4.40%)")
-    assert ok.line().startswith("ok   a: E2E error 4.39% within baseline 3.20%")
+    assert bad.line() == ("FAIL a: E2E error +9.10% outside baseline +3.20% ± 3.0×spread 0.40% "
+                          "(allowed |error| ≤ 4.40%)")
+    assert ok.line().startswith("ok   a: E2E error +4.39% within baseline +3.20%")
+
+
+def test_errors_are_signed_and_judged_by_magnitude():
+    """A workload predicted close to its time has errors of both signs: their spread,
+    not the spread of their magnitudes, is its noise."""
+    e = entry(-0.05, 0.03, -0.02, 0.04)
+    assert e.mean == pytest.approx(0.0) and e.spread == pytest.approx(0.0424, rel=1e-2)
+    policy = GatePolicy(k=3.0)
+    assert not check_errors({"a": -0.12}, baseline(a=e), policy).failed
+    assert check_errors({"a": -0.13}, baseline(a=e), policy).failed
+    under = baseline(a=entry(-0.20, -0.22, -0.18))  # mean -20%, spread 2%
+    assert not check_errors({"a": -0.25}, under, policy).failed
+    assert check_errors({"a": +0.27}, under, policy).failed  # magnitude over 26%
 
 
 def test_min_margin_floors_a_quiet_baseline():
@@ -68,8 +81,8 @@ def test_min_margin_floors_a_quiet_baseline():
     assert by_name(check_errors({"a": 0.0599}, base, policy))["a"].status == "ok"
     bad = by_name(check_errors({"a": 0.061}, base, policy))["a"]
     assert bad.status == "regressed"
-    assert bad.line() == ("FAIL a: E2E error 6.10% exceeds baseline 5.00% + minimum margin "
-                          "1.00% (allowed 6.00%)")
+    assert bad.line() == ("FAIL a: E2E error +6.10% outside baseline +5.00% ± minimum margin "
+                          "1.00% (allowed |error| ≤ 6.00%)")
 
 
 def test_larger_k_allows_more():
@@ -89,8 +102,9 @@ def test_ceiling_fails_even_within_the_baseline_and_without_one():
     assert v["b"].status == "over_ceiling"  # no baseline entry at all
     assert v["c"].status == "new" and not v["c"].failed
     assert report.failed
-    assert v["b"].line() == ("FAIL b: E2E error 12.00% exceeds the ceiling 10.00% set in "
+    assert v["b"].line() == ("FAIL b: E2E error +12.00% exceeds the ceiling 10.00% set in "
                              "pyproject.toml")
+    assert check_errors({"b": -0.12}, base, policy).failed  # the magnitude counts
 
 
 def test_error_at_the_ceiling_passes():
@@ -101,7 +115,7 @@ def test_error_at_the_ceiling_passes():
 def test_new_workload_does_not_fail():
     report = check_errors({"z": 0.2}, baseline(a=entry(0.01)), GatePolicy())
     assert [v.status for v in report.verdicts] == ["new"] and not report.failed
-    assert report.verdicts[0].line().startswith("NEW  z: E2E error 20.00%")
+    assert report.verdicts[0].line().startswith("NEW  z: E2E error +20.00%")
 
 
 def test_missing_fails_only_when_expected():
@@ -114,7 +128,7 @@ def test_missing_fails_only_when_expected():
     assert not check_errors({"a": 0.01}, base, GatePolicy(), expected=["a"]).failed
 
 
-@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -0.01])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), "0.1"])
 def test_invalid_error_fails_rather_than_passing(bad):
     report = check_errors({"a": bad}, baseline(a=entry(0.05)), GatePolicy())
     assert report.verdicts[0].status == "invalid" and report.failed
@@ -156,7 +170,7 @@ def test_bad_policy_is_rejected(kwargs):
 
 
 # -- the property ------------------------------------------------------------------------
-errors_lists = st.lists(st.floats(min_value=0, max_value=5, allow_nan=False), min_size=1,
+errors_lists = st.lists(st.floats(min_value=-1, max_value=5, allow_nan=False), min_size=1,
                         max_size=10)
 policies = st.builds(GatePolicy, k=st.floats(min_value=0.1, max_value=10),
                      min_margin=st.floats(min_value=0, max_value=0.2))
@@ -168,10 +182,11 @@ def test_mean_never_fails_and_above_allowed_always_fails(errors, policy, excess)
     e = BaselineEntry.from_errors(errors)
     base = baseline(w=e)
     assert not check_errors({"w": e.mean}, base, policy).failed
-    allowed = e.mean + max(policy.k * e.spread, policy.min_margin)
+    allowed = abs(e.mean) + max(policy.k * e.spread, policy.min_margin)
     above = max(math.nextafter(allowed, math.inf), allowed + excess)
-    report = check_errors({"w": above}, base, policy)
-    assert report.failed and report.verdicts[0].status == "regressed"
+    for error in (above, -above):
+        report = check_errors({"w": error}, base, policy)
+        assert report.failed and report.verdicts[0].status == "regressed"
 
 
 # -- the baseline file -------------------------------------------------------------------
@@ -250,11 +265,12 @@ BAD_FILES = {
     "entry unknown key": (edit(mlp("median", 0.1)), "'median'"),
     "empty errors": (edit(mlp("errors", [])), "'workloads.mlp.errors' = \\[\\]"),
     "text error": (edit(mlp("errors", [0.03, "x"])), "'workloads.mlp.errors\\[1\\]' = 'x'"),
-    "negative error": (edit(mlp("errors", [0.03, -0.05])),
-                       "'workloads.mlp.errors\\[1\\]' = -0.05"),
+    "infinite error": (edit(mlp("errors", [0.03, 1e999])).replace("Infinity", "1e999"),
+                       "'workloads.mlp.errors\\[1\\]' = inf"),
     "n mismatch": (edit(mlp("n", 3)), "'workloads.mlp.n' = 3"),
     "n is text": (edit(mlp("n", "2")), "'workloads.mlp.n' = '2'"),
-    "negative mean": (edit(mlp("mean", -0.04)), "'workloads.mlp.mean' = -0.04"),
+    "negative mean off its errors": (edit(mlp("mean", -0.04)),
+                                     "'workloads.mlp.mean' = -0.04 does not match"),
     "mean is bool": (edit(mlp("mean", True)), "'workloads.mlp.mean' = True"),
     "negative spread": (edit(mlp("spread", -1)), "'workloads.mlp.spread' = -1"),
     "mean off its errors": (edit(mlp("mean", 0.5)), "'workloads.mlp.mean' = 0.5 does not match"),
@@ -271,3 +287,20 @@ def test_bad_baseline_names_the_file_and_the_value(tmp_path, text, expected):
     message = str(info.value)
     assert message.startswith(f"{path}: ") and "\n" not in message
     assert info.match(expected)
+
+
+def test_baseline_errors_take_the_newest_runs_of_a_profile_without_bias():
+    from perfmodel.gate import baseline_errors
+
+    def rec(run, workload, predicted, profile="quick", bias=None):
+        return {"kind": "e2e", "run_id": run, "profile": profile, "workload": workload,
+                "measured_s": 0.1, "predicted_s": predicted, "bias": bias or {}}
+
+    records = [rec("20260101T000000Z-a", "w", 0.2), rec("20260102T000000Z-b", "w", 0.11),
+               rec("20260103T000000Z-c", "w", 0.09), rec("20260104T000000Z-d", "w", 0.5,
+                                                           bias={"linear": 1.1}),
+               rec("20260105T000000Z-e", "w", 0.5, profile="smoke")]
+    errors = baseline_errors(records, "quick", last_runs=2)
+    assert errors == {"w": [pytest.approx(0.1), pytest.approx(-0.1)]}
+    with pytest.raises(ValueError, match="need 4 run"):
+        baseline_errors(records, "quick", last_runs=4)

@@ -184,3 +184,45 @@ def test_kernels_wait_for_their_inputs_on_other_streams():
     assert ends["consume"] == pytest.approx(6e-3 + 1e-6 / 2, rel=1e-3)
     assert ends["independent"] < 2e-3
     assert result.device_active_s == pytest.approx(6e-3, rel=1e-3)
+
+
+def test_cuda_kernels_are_tied_to_their_ops_and_simulated_on_streams(tmp_path):
+    """The CUDA path on a synthetic trace: Kineto kernels reach their CPU op
+    through the launch's correlation id, and run on their stream in the simulation."""
+    import json
+
+    def node(id, name, parent, shapes=(), types=()):
+        return {"id": id, "name": name, "ctrl_deps": parent,
+                "inputs": {"values": [[]] * len(shapes), "shapes": list(shapes),
+                           "types": list(types)},
+                "outputs": {"values": [], "shapes": [], "types": []}, "attrs": []}
+
+    et = {"schema": "1.1.1-chakra.0.0.4", "nodes": [
+        node(1, "[pytorch|profiler|execution_trace|process]", 1),
+        node(2, "[pytorch|profiler|execution_trace|thread]", 1),
+        node(3, "perfmodel::iteration", 2),
+        node(4, "aten::linear", 3, ([64, 32], [16, 32], [16]), ["Tensor(float)"] * 3),
+        node(5, "aten::item", 3)]}
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "perfmodel::iteration", "tid": 1,
+           "ts": 0.0, "dur": 1000.0},
+          {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "tid": 1, "ts": 10.0, "dur": 30.0},
+          {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "tid": 1, "ts": 20.0,
+           "dur": 5.0, "args": {"correlation": 7}},
+          {"ph": "X", "cat": "kernel", "name": "gemm_kernel", "tid": 7, "ts": 30.0,
+           "dur": 400.0, "args": {"correlation": 7, "stream": 7}},
+          {"ph": "X", "cat": "cpu_op", "name": "aten::item", "tid": 1, "ts": 50.0, "dur": 390.0}]
+    (tmp_path / "t.et.json").write_text(json.dumps(et))
+    (tmp_path / "t.kineto.json").write_text(json.dumps({"traceEvents": ev}))
+    trace = load_trace(tmp_path / "t.et.json", tmp_path / "t.kineto.json")
+    (kernel,) = trace.nodes[4].kernels
+    assert kernel.stream == 7 and kernel.dur_s == pytest.approx(400e-6)
+    assert kernel.launch_ts_s == pytest.approx(20e-6)
+    graph = build_graph(trace)
+    linear = next(t for t in graph.tasks if t.op == "linear")
+    assert linear.kernels == [kernel] and linear.params == {"B": 64, "IN": 32, "OUT": 16}
+    assert any(t.sync for t in graph.tasks if t.name == "aten::item")
+    table = table_from_samples([samples_from_graph("t", graph, BANDWIDTH)], BANDWIDTH)
+    pred = predict_graph(graph, _Fit(1e-3), table, on_device=True)
+    assert pred.sim.device_active_s == pytest.approx(1e-3)
+    assert pred.total_s >= 1e-3  # the host waits for the kernel at aten::item
+    assert any(lane == "stream 7" for lane, *_ in pred.sim.timeline)

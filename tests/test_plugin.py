@@ -58,8 +58,8 @@ def test_gate_passes_on_unchanged_baseline(pytester, planted_results):
     pytester.makepyfile(GATE_SUITE.format(predicted=0.104))  # error 4%
     out = run(pytester, results, "-m", "e2e")
     assert out.ret == 0
-    out.stdout.fnmatch_lines(["ok   mlp_small: E2E error 4.00% within baseline 4.00% + "
-                              "3.0×spread 1.00% (allowed 7.00%)"])
+    out.stdout.fnmatch_lines(["ok   mlp_small: E2E error +4.00% within baseline +4.00% ± "
+                              "3.0×spread 1.00% (allowed |error| ≤ 7.00%)"])
     assert "FAIL" not in out.stdout.str()
 
 
@@ -69,8 +69,8 @@ def test_gate_fails_on_planted_regression(pytester, planted_results):
     pytester.makepyfile(GATE_SUITE.format(predicted=0.108))  # error 8%
     out = run(pytester, results, "-m", "e2e")
     assert out.ret == pytest.ExitCode.TESTS_FAILED
-    out.stdout.fnmatch_lines(["FAIL mlp_small: E2E error 8.00% exceeds baseline 4.00% + "
-                              "3.0×spread 1.00% (allowed 7.00%)"])
+    out.stdout.fnmatch_lines(["FAIL mlp_small: E2E error +8.00% outside baseline +4.00% ± "
+                              "3.0×spread 1.00% (allowed |error| ≤ 7.00%)"])
     assert "Traceback" not in out.stdout.str() + out.stderr.str()
     out.assert_outcomes(passed=1)
 
@@ -82,12 +82,12 @@ def test_spread_multiplier_and_ceiling_come_from_pyproject(pytester, planted_res
     pytester.makepyfile(GATE_SUITE.format(predicted=0.125))
     out = run(pytester, results, "-m", "e2e")
     assert out.ret == 0
-    out.stdout.fnmatch_lines(["ok   mlp_small: * within baseline 4.00% + 30.0×spread 1.00%*"])
+    out.stdout.fnmatch_lines(["ok   mlp_small: * within baseline +4.00% ± 30.0×spread 1.00%*"])
     pytester.makefile(".toml", pyproject="[tool.perfmodel]\ne2e_spread_k = 30\n"
                                          "[tool.perfmodel.e2e_ceilings]\nmlp_small = 0.2\n")
     out = run(pytester, results, "-m", "e2e")
     assert out.ret == pytest.ExitCode.TESTS_FAILED
-    out.stdout.fnmatch_lines(["FAIL mlp_small: E2E error 25.00% exceeds the ceiling 20.00%*"])
+    out.stdout.fnmatch_lines(["FAIL mlp_small: E2E error +25.00% exceeds the ceiling 20.00%*"])
 
 
 def test_missing_workload_fails_unless_deselected(pytester, planted_results):
