@@ -150,6 +150,9 @@ class OpAccuracy:
     noise_floor: float | None
     n_noise_pairs: int
     candidates: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: GMAE between the first and the last run that measured each config: the
+    #: floor for a fit that pools runs taken hours apart (None with one run).
+    noise_floor_runs: float | None = None
 
     @property
     def name(self) -> str:
@@ -228,6 +231,20 @@ def measured_noise_floor(samples: list[Sample]) -> tuple[float | None, int]:
     return noise_floor(a, b), len(pairs)
 
 
+def between_runs_noise_floor(samples: list[Sample]) -> float | None:
+    """GMAE between each config's first replicate in the first and in the last
+    run that measured it; None when no config was measured in two runs."""
+    by_config: dict[tuple, dict[str, float]] = {}
+    for s in samples:
+        if s.replicate == 0:
+            by_config.setdefault(s.config_key, {})[s.run_id] = s.seconds
+    pairs = [(runs[min(runs)], runs[max(runs)]) for runs in by_config.values() if len(runs) >= 2]
+    if not pairs:
+        return None
+    a, b = np.array(pairs).T
+    return noise_floor(a, b)
+
+
 #: Random-split GMAE within this of the best counts as a tie (fraction).
 SELECTION_TIE = 0.02
 
@@ -289,7 +306,8 @@ def fit_op(op_name: str, direction: str, samples: list[Sample], device: DeviceSp
     best = candidates[chosen]
     accuracy = OpAccuracy(op_name, direction, len(keys), len(samples), chosen, reason,
                           best["gmae"], best["mape"], best["max_error"],
-                          best["gmae_extrapolation"], floor, n_pairs, candidates)
+                          best["gmae_extrapolation"], floor, n_pairs, candidates,
+                          between_runs_noise_floor(samples))
     return final, accuracy
 
 

@@ -33,11 +33,12 @@ def summary_lines(pm: PerfmodelSession, quiet: bool = False) -> list[str]:
         width = max(len("op.dir"), *map(len, names)) + 1
         lines.append("")
         lines.append(f"{'op.dir':<{width}}{'GMAE':>7}{'extrap':>8}{'MAPE':>7}{'max':>8}"
-                     f"{'noise':>7}  {'predictor':<10}{'configs':>7}")
+                     f"{'noise':>7}{'runs':>7}  {'predictor':<10}{'configs':>7}")
         for name, acc in zip(names, pm.accuracy):
             lines.append(f"{name:<{width}}{_pct(acc.gmae):>7}{_pct(acc.gmae_extrapolation):>8}"
                          f"{_pct(acc.mape):>7}{_pct(acc.max_error):>8}"
-                         f"{_pct(acc.noise_floor):>7}  {acc.chosen:<10}{acc.n_configs:>7}")
+                         f"{_pct(acc.noise_floor):>7}{_pct(acc.noise_floor_runs):>7}  "
+                         f"{acc.chosen:<10}{acc.n_configs:>7}")
     if (pm.e2e or pm.user_models) and not quiet:
         lines.append("")
         lines.append(f"{'workload':<20}{'measured':>10}{'sd':>8}{'predicted':>11}{'error':>8}"

@@ -109,3 +109,16 @@ def test_choice_prefers_random_split_and_breaks_ties_by_extrapolation():
     chosen, _ = choose_kind({"shape": {"gmae": 0.105, "gmae_extrapolation": 0.2},
                              "efficiency": {"gmae": 0.100, "gmae_extrapolation": 0.4}})
     assert chosen == "shape"  # within the 2-point tie, it extrapolates better
+
+
+def test_between_runs_noise_floor_pairs_first_and_last_run():
+    from perfmodel.fitting import Sample, between_runs_noise_floor
+
+    def s(run, seconds, replicate=0, n=8):
+        return Sample("float32", (("N", n),), seconds, run, replicate)
+
+    samples = [s("r1", 1.0), s("r1", 5.0, replicate=1), s("r2", 9.0), s("r3", 1.1),
+               s("r1", 2.0, n=16)]  # N=16 was measured in one run only
+    floor = between_runs_noise_floor(samples)
+    assert floor == pytest.approx((0.1 / 1.1 + 0.1 / 1.0) / 2 + 4e-4, rel=1e-6)  # symmetric
+    assert between_runs_noise_floor([s("r1", 1.0), s("r1", 1.2, replicate=1)]) is None
