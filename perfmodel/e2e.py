@@ -141,13 +141,18 @@ def overheads_dir(results_dir: Path) -> Path:
     return results_dir / "overheads"
 
 
+def capture_graph(step: Callable[[], object], out_dir: Path, name: str, device: str) -> Graph:
+    """Capture ``step``'s trace files under ``out_dir`` and build the task graph
+    of its last iteration."""
+    files = capture_trace(step, out_dir, name, TRACE_ITERATIONS, TRACE_WARMUP, device)
+    return build_graph(load_trace(files.et, files.kineto, files.calibration))
+
+
 def trace_workload(name: str, step: Callable[[], object], results_dir: Path, device: str,
                    bandwidth_B_per_s: float) -> Graph:
     """Capture ``step``'s trace under ``results_dir``, build its graph, and save
     its overhead samples as workload ``name``'s contribution to the table."""
-    files = capture_trace(step, traces_dir(results_dir), name, TRACE_ITERATIONS, TRACE_WARMUP,
-                          device)
-    graph = build_graph(load_trace(files.et, files.kineto, files.calibration))
+    graph = capture_graph(step, traces_dir(results_dir), name, device)
     save_samples(overheads_dir(results_dir) / f"{name}.json",
                  samples_from_graph(name, graph, bandwidth_B_per_s))
     return graph
@@ -259,8 +264,7 @@ def predict_step(step: Callable[[], object], items: int, name: str, fit, table: 
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="perfmodel-trace-") as tmp:
-        files = capture_trace(step, Path(tmp), name, TRACE_ITERATIONS, TRACE_WARMUP, device)
-        graph = build_graph(load_trace(files.et, files.kineto, files.calibration))
+        graph = capture_graph(step, Path(tmp), name, device)
     return predict_and_measure(name, step, items, graph, fit, table, device, bandwidth_B_per_s,
                                measure)
 

@@ -143,22 +143,10 @@ def match_node(node: TraceNode) -> tuple[OpDef, dict[str, int], str] | None:
 
 def tensor_bytes(node: TraceNode) -> float:
     """Bytes of the distinct tensors among the node's inputs and outputs (B)."""
-    seen: dict[int, float] = {}
-    for side in (node.inputs, node.outputs):
-        for typ, value in zip(side.get("types", []), side.get("values", [])):
-            _tensor_sizes(typ, value, seen)
-    return float(sum(seen.values()))
-
-
-def _tensor_sizes(typ, value, seen: dict[int, float]) -> None:
-    if isinstance(typ, str) and typ.startswith("Tensor") and isinstance(value, list) \
-            and len(value) == 6 and all(isinstance(v, int) for v in value[:5]):
-        seen[value[1]] = max(seen.get(value[1], 0.0), float(value[3] * value[4]))
-    elif isinstance(typ, str) and typ.startswith("GenericList[") and isinstance(value, list):
-        from perfmodel.trace import _split_generic_list
-
-        for t, v in zip(_split_generic_list(typ), value):
-            _tensor_sizes(t, v, seen)
+    sizes: dict[int, float] = {}
+    for _, storage, _, numel, elem_size, _ in node.tensors("inputs") + node.tensors("outputs"):
+        sizes[storage] = max(sizes.get(storage, 0.0), float(numel * elem_size))
+    return float(sum(sizes.values()))
 
 
 def category(name: str) -> str:

@@ -10,10 +10,14 @@ overheads (T2.launch + n·T4 + (n-1)·T5 + T3.launch).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from perfmodel.graph import Graph, Task
-from perfmodel.overheads import OverheadTable
+from perfmodel.ops import OPS
 from perfmodel.simulate import SimResult, SimTask, simulate
+
+if TYPE_CHECKING:  # type hints only: the plugin imports parse_bias at start-up
+    from perfmodel.overheads import OverheadTable
 
 
 @dataclass
@@ -57,8 +61,6 @@ def parse_bias(spec: str) -> dict[str, float]:
     Keys are an op (``linear``), an op and direction (``linear.backward``) or
     ``overhead`` (host gaps and unmodelled nodes); values are factors > 0.
     ValueError naming the bad part otherwise."""
-    from perfmodel.ops import OPS
-
     out = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
         key, sep, value = part.partition("=")

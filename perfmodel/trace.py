@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from perfmodel.plaindata import write_json_atomic
+
 #: Name of the ``record_function`` scope around each captured iteration.
 ITERATION_MARK = "perfmodel::iteration"
 #: Execution-trace schema major versions this parser understands.
@@ -93,13 +95,19 @@ class TraceNode:
     def end_s(self) -> float | None:
         return None if self.ts_s is None or self.dur_s is None else self.ts_s + self.dur_s
 
-    def tensor_ids(self, which: str = "inputs") -> list[int]:
-        """Ids of the tensors among this node's inputs or outputs (lists flattened)."""
+    def tensors(self, which: str = "inputs") -> list[list]:
+        """The ET values ``[tensor id, storage id, offset, numel, element size,
+        device]`` of the tensors among this node's inputs or outputs (tensor
+        lists flattened)."""
         side = self.inputs if which == "inputs" else self.outputs
-        out: list[int] = []
+        out: list[list] = []
         for typ, value in zip(side.get("types", []), side.get("values", [])):
-            _collect_tensor_ids(typ, value, out)
+            _collect_tensors(typ, value, out)
         return out
+
+    def tensor_ids(self, which: str = "inputs") -> list[int]:
+        """Ids of the tensors among this node's inputs or outputs."""
+        return [t[0] for t in self.tensors(which)]
 
     def walk(self):
         """This node and its descendants, depth first, in execution order."""
@@ -165,14 +173,13 @@ def _top_level(root: TraceNode) -> list[TraceNode]:
     return out
 
 
-def _collect_tensor_ids(typ: Any, value: Any, out: list[int]) -> None:
+def _collect_tensors(typ: Any, value: Any, out: list[list]) -> None:
     if isinstance(typ, str) and typ.startswith("Tensor") and isinstance(value, list) \
-            and len(value) == 6 and isinstance(value[0], int):
-        out.append(value[0])
+            and len(value) == 6 and all(isinstance(v, int) for v in value[:5]):
+        out.append(value)
     elif isinstance(typ, str) and typ.startswith("GenericList[") and isinstance(value, list):
-        inner = _split_generic_list(typ)
-        for t, v in zip(inner, value):
-            _collect_tensor_ids(t, v, out)
+        for t, v in zip(_split_generic_list(typ), value):
+            _collect_tensors(t, v, out)
 
 
 def _split_generic_list(typ: str) -> list[str]:
@@ -240,8 +247,6 @@ def capture_trace(step: Callable[[], object], out_dir: Path, name: str, iteratio
                 step()
                 sync()
     prof.export_chrome_trace(str(files.kineto))
-    from perfmodel.plaindata import write_json_atomic
-
     write_json_atomic(files.calibration,
                       {"profiler_overhead_s_per_op": profiler_overhead_per_op()})
     return files

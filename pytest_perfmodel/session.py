@@ -141,12 +141,25 @@ class PerfmodelSession:
                 self._fit = latest
         return self._fit
 
-    def check_accuracy(self, op: str, direction: str) -> None:
-        """Fail the item when the held-out GMAE of ``op.direction`` is above its threshold."""
+    def _required_fit(self):
+        """:meth:`fit`, failing the item when there is nothing to fit or load."""
         fit = self.fit()
         if fit is None:
             pytest.fail(f"no measurements or fitted predictors under {self.store.dir}; "
                         f"run `pytest -m microbench` first", pytrace=False)
+        return fit
+
+    def _shared_table(self):
+        """The device's shared overhead table; unreadable sample files are noted."""
+        from perfmodel.e2e import shared_table
+
+        table, problems = shared_table(self.store.dir, self.device.mem_bandwidth_Bps)
+        self._note_problems(problems)
+        return table
+
+    def check_accuracy(self, op: str, direction: str) -> None:
+        """Fail the item when the held-out GMAE of ``op.direction`` is above its threshold."""
+        fit = self._required_fit()
         acc = fit.accuracy.get((op, direction))
         if acc is None:
             why = fit.skipped.get((op, direction), "no measurements of it were found")
@@ -162,12 +175,9 @@ class PerfmodelSession:
     def run_e2e(self, workload: str) -> None:
         """Trace, predict and measure ``workload`` (``baseline_runs`` times when
         saving a baseline), and record its error for the gate."""
-        from perfmodel.e2e import predict_and_measure, shared_table
+        from perfmodel.e2e import predict_and_measure
 
-        fit = self.fit()
-        if fit is None:
-            pytest.fail(f"no measurements or fitted predictors under {self.store.dir}; "
-                        f"run `pytest -m microbench` first", pytrace=False)
+        fit = self._required_fit()
         self._trace_expected_workloads()
         runs = self.settings.baseline_runs if self.options.save_baseline else 1
         for run in range(runs):
@@ -175,8 +185,7 @@ class PerfmodelSession:
             graph = self._graphs.get(workload) if run == 0 else None
             if graph is None:
                 graph = self._trace(workload, step)
-            table, problems = shared_table(self.store.dir, self.device.mem_bandwidth_Bps)
-            self._note_problems(problems)
+            table = self._shared_table()
             result = predict_and_measure(workload, step.step, step.items, graph, fit, table,
                                          self.torch_device, self.device.mem_bandwidth_Bps,
                                          bias=self.options.bias, profile=self.options.profile)
@@ -221,14 +230,10 @@ class PerfmodelSession:
                       name: str = "user_model", measure: bool = True):
         """:func:`perfmodel.e2e.predict_model` on this session's device, fit and
         overhead table; the result shows in the summary but is not gated."""
-        from perfmodel.e2e import batch_items, predict_step, shared_table, training_step
+        from perfmodel.e2e import batch_items, predict_step, training_step
 
-        fit = self.fit()
-        if fit is None:
-            pytest.fail(f"no measurements or fitted predictors under {self.store.dir}; "
-                        f"run `pytest -m microbench` first", pytrace=False)
-        table, problems = shared_table(self.store.dir, self.device.mem_bandwidth_Bps)
-        self._note_problems(problems)
+        fit = self._required_fit()
+        table = self._shared_table()
         result = predict_step(training_step(model, batch, loss_fn, optimizer),
                               items if items is not None else batch_items(batch), name, fit,
                               table, self.torch_device, self.device.mem_bandwidth_Bps, measure)
@@ -238,13 +243,11 @@ class PerfmodelSession:
     def time_prediction(self, workload: str, tasks: int, limit_s: float) -> None:
         """Time the prediction of ``workload``'s graph repeated to ``tasks`` tasks;
         fail the item when it takes longer than ``limit_s``."""
-        from perfmodel.e2e import shared_table, time_prediction
+        from perfmodel.e2e import time_prediction
 
-        fit = self.fit()
-        if fit is None:
-            pytest.fail(f"no fitted predictors under {self.store.dir}", pytrace=False)
+        fit = self._required_fit()
         graph = self._graphs.get(workload) or self._trace(workload, self._build(workload))
-        table, _ = shared_table(self.store.dir, self.device.mem_bandwidth_Bps)
+        table = self._shared_table()
         n, seconds = time_prediction(graph, fit, table, tasks, self.device.kind != "cpu")
         self.notes.append(f"prediction speed: {n} tasks predicted and simulated in "
                           f"{seconds * 1e3:.0f} ms")
