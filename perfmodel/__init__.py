@@ -1,7 +1,11 @@
 """perfmodel: measure deep-learning ops, fit per-op predictors, predict training
 iteration time, and gate CI on prediction error.
 
-Submodules are imported on demand so that ``import perfmodel`` stays cheap.
+Submodules are imported on demand so that ``import perfmodel`` stays cheap;
+only :func:`perfmodel.region` (torch-free) is imported here.
 """
 
+from perfmodel.region import region
+
 __version__ = "0.1.0"
+__all__ = ["region"]

@@ -57,17 +57,30 @@ def benchmark_case(case: OpCase, spec: DeviceSpec, device: str, settings: TimerS
         raise CaseUnsupported(f"{case.id}: estimated {estimate * 1e3:.0f} ms per call on "
                               f"{spec.key} exceeds this profile's {max_call_s * 1e3:.0f} ms limit")
     try:
-        runner = op.make_runner(case.params, case.dtype, case.direction, device)
-        timer = Timer(runner, device=device, target_rel_ci=settings.target_rel_ci,
-                      budget_s=settings.budget_s, warmup_s=settings.warmup_s,
-                      min_samples=settings.min_samples,
-                      flush_l2_bytes=spec.l2_bytes if settings.cold_cache and spec.kind == "cuda" else 0)
-        return [timer.measure() for _ in range(replicates)]
+        return _measure(op, case, spec, device, settings, replicates)
     except Exception as exc:  # classified below; anything else propagates
         reason = unsupported_reason(exc)
         if reason is None:
             raise
-        raise CaseUnsupported(f"{case.id}: {reason}") from exc
+    # Raised outside the handler and unchained: the failed case's tensors, held by
+    # the frames of the original traceback, are freed here, before the next case
+    # runs. Kept alive (by whoever keeps the skip's exception), one GPU OOM would
+    # make the cases after it run out of memory too.
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.empty_cache()
+    raise CaseUnsupported(f"{case.id}: {reason}")
+
+
+def _measure(op, case: OpCase, spec: DeviceSpec, device: str, settings: TimerSettings,
+             replicates: int) -> list[Measurement]:
+    runner = op.make_runner(case.params, case.dtype, case.direction, device)
+    timer = Timer(runner, device=device, target_rel_ci=settings.target_rel_ci,
+                  budget_s=settings.budget_s, warmup_s=settings.warmup_s,
+                  min_samples=settings.min_samples,
+                  flush_l2_bytes=spec.l2_bytes if settings.cold_cache and spec.kind == "cuda" else 0)
+    return [timer.measure() for _ in range(replicates)]
 
 
 def unsupported_reason(exc: BaseException) -> str | None:

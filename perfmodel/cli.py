@@ -36,6 +36,124 @@ def _baseline(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from perfmodel.report import build_report
+    from perfmodel.settings import load_settings
+
+    path = build_report(Path(args.results), args.device, args.profile, args.out,
+                        load_settings(Path("pyproject.toml")),
+                        progress=lambda line: print(f"perfmodel report: {line}", file=sys.stderr))
+    print(f"wrote {path}")
+    return 0
+
+
+def _device_key(args: argparse.Namespace) -> str:
+    from perfmodel.report.data import resolve_device_key
+
+    return resolve_device_key(Path(args.results), args.device)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from perfmodel.compare import compare
+
+    root = Path(args.results)
+    key = _device_key(args) if args.device or root.is_dir() else None
+    print("\n".join(compare(args.a, args.b, root, key, args.profile)))
+    return 0
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from perfmodel.forecast import forecast_trace, forecast_workload
+
+    if (args.workload is None) == (args.trace is None):
+        raise ValueError("give a workload name or --trace ET_FILE, not both or neither")
+    if args.trace is not None:
+        if args.measure:
+            raise ValueError("--measure needs a workload: a saved trace cannot be run")
+        result = forecast_trace(Path(args.trace), args.kineto and Path(args.kineto),
+                                args.calibration and Path(args.calibration),
+                                Path(args.results), args.device, args.threads)
+    else:
+        try:
+            result = forecast_workload(args.workload, Path(args.results), args.device,
+                                       args.size, args.seed, args.measure, args.threads)
+        except ImportError as exc:
+            raise ValueError(f"workload {args.workload} needs a missing package ({exc})") from None
+    print("\n".join(result.lines()))
+    return 0
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from perfmodel.stats import format_stats, load_stats
+
+    report, problems = load_stats(Path(args.results), _device_key(args), args.profile,
+                                  args.reference, args.last, args.min_runs, args.quantile)
+    for problem in problems:
+        print(f"warning: skipped {problem}", file=sys.stderr)
+    print("\n".join(format_stats(report)))
+    return 1 if report.failed else 0
+
+
+def _add_analysis_commands(sub) -> None:
+    """``compare``, ``predict`` and ``stats``: read stored results (predict also
+    traces, and with --measure runs, the workload)."""
+    where = {"--results": dict(default="results", help="results root (default: results)"),
+             "--device": dict(default=None, help="device key (a folder under RESULTS), cpu, "
+                                                 "cuda or cuda:N (default: the only one)")}
+    compare = sub.add_parser(
+        "compare", help="two runs, baselines or devices side by side",
+        description="Compare A with B, both run ids (of --device) or run files (.jsonl), both "
+                    "baseline files (.json), or both device keys under RESULTS: per workload "
+                    "the measured times and E2E errors, per op and direction the geometric "
+                    "mean, min and max of the per-config median ratio B/A.")
+    compare.add_argument("a", help="run id, run file, baseline file or device key")
+    compare.add_argument("b", help="of the same kind as A")
+    compare.add_argument("--profile", default="quick",
+                         help="profile of the runs compared across devices (default: quick)")
+    for flag, kw in where.items():
+        compare.add_argument(flag, **kw)
+    compare.set_defaults(func=_compare)
+    predict = sub.add_parser(
+        "predict", help="predict a workload's or a saved trace's training iteration",
+        description="Predict one training iteration on this device with its stored fit and "
+                    "shared overhead table: a registered workload (traced here) or a saved "
+                    "trace. Prints the predicted time and its breakdown; --measure also "
+                    "measures the workload. Exit 2 when no fit is stored.")
+    predict.add_argument("workload", nargs="?", default=None, help="registered workload name")
+    predict.add_argument("--size", default="registered", choices=("tiny", "registered", "full"),
+                         help="workload size (default: registered)")
+    predict.add_argument("--seed", type=int, default=0, help="workload seed (default: 0)")
+    predict.add_argument("--measure", action="store_true", help="also measure the iteration")
+    predict.add_argument("--trace", default=None, metavar="ET_FILE",
+                         help="a saved execution trace (<name>.et.json) instead of a workload")
+    predict.add_argument("--kineto", default=None, metavar="FILE",
+                         help="its Kineto trace, for traced timings")
+    predict.add_argument("--calibration", default=None, metavar="FILE",
+                         help="its profiler calibration file")
+    predict.add_argument("--results", **where["--results"])
+    predict.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: auto)")
+    predict.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
+    predict.set_defaults(func=_predict)
+    stats = sub.add_parser(
+        "stats", help="mean, sd and diff of every item over several stored runs",
+        description="Over the stored runs of PROFILE (at least --min-runs): per E2E workload "
+                    "and per op config the mean, sd and sd%% over runs, and the diff against "
+                    "baseline-<profile>.json (E2E errors) or against --reference RUN (every "
+                    "item). An item fails when |diff| leaves the --quantile prediction interval "
+                    "of one more run (Student's t x sd x sqrt(1 + 1/N)); exit 1 when any item "
+                    "fails.")
+    stats.add_argument("--profile", default="quick", help="profile of the runs (default: quick)")
+    stats.add_argument("--last", type=int, default=None, help="newest runs to use (default: all)")
+    stats.add_argument("--reference", default=None, metavar="RUN",
+                       help="run id or run file to diff against (left out of the runs)")
+    stats.add_argument("--quantile", type=float, default=0.95,
+                       help="coverage of the prediction interval (default 0.95)")
+    stats.add_argument("--min-runs", type=int, default=3, help="fewest runs (default: 3)")
+    for flag, kw in where.items():
+        stats.add_argument(flag, **kw)
+    stats.set_defaults(func=_stats)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="perfmodel", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -58,6 +176,24 @@ def build_parser() -> argparse.ArgumentParser:
     baseline.add_argument("--results", default="results", help="results root (default: results)")
     baseline.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
     baseline.set_defaults(func=_baseline)
+    report = sub.add_parser(
+        "report", help="write the HTML report (plots, accuracy and E2E tables) from stored results",
+        description="Write one self-contained HTML file (figures embedded, no external URL) "
+                    "from what is stored under RESULTS/<device-key>/: per-op accuracy, "
+                    "predicted vs measured, error CDFs, E2E table and breakdown, iteration "
+                    "timelines, collective bandwidth. The figures are also written as PNG "
+                    "beside it. Nothing is measured.")
+    report.add_argument("--results", default="results", help="results root (default: results)")
+    report.add_argument("--device", default=None,
+                        help="device key (a folder under RESULTS), cpu, cuda or cuda:N "
+                             "(default: the only device under RESULTS)")
+    report.add_argument("--profile", default=None,
+                        help="profile of the E2E records and baseline (default: the newest "
+                             "run's)")
+    report.add_argument("--out", default=None,
+                        help="HTML file to write (default: RESULTS/<device-key>/report/index.html)")
+    report.set_defaults(func=_report)
+    _add_analysis_commands(sub)
     return parser
 
 

@@ -512,8 +512,8 @@ def measure_cpu_spec(threads: int | None = None) -> DeviceSpec:
 # ---------------------------------------------------------------- detection
 
 
-def _load_cached_cpu_spec(path: Path, key: str, threads: int) -> DeviceSpec | None:
-    """The cached spec at `path` if valid for (key, threads); warns when the file is corrupt."""
+def _load_cached_cpu_spec(path: Path, key: str) -> DeviceSpec | None:
+    """The cached spec at `path` if it describes CPU `key`; warns when the file is corrupt."""
     if not path.exists():
         return None
     try:
@@ -523,7 +523,7 @@ def _load_cached_cpu_spec(path: Path, key: str, threads: int) -> DeviceSpec | No
     except (OSError, ValueError, TypeError) as err:  # json.JSONDecodeError is a ValueError
         warnings.warn(f"ignoring corrupt device cache {path}: {err}; re-measuring", stacklevel=3)
         return None
-    return spec if spec.threads == threads else None
+    return spec
 
 
 def detect_device(
@@ -532,8 +532,10 @@ def detect_device(
     """The `DeviceSpec` for "auto" (CUDA when available, else CPU), "cpu", "cuda" or "cuda:N".
 
     CPU specs are measured with `threads` torch threads (default: current setting) and
-    cached in `results_dir/<key>/device.json`; a cached spec measured with another
-    thread count is replaced. Without `results_dir` nothing is read or written.
+    cached in `results_dir/<key>/device.json`. A spec for fewer threads than that file's
+    (e.g. one MPI rank of several sharing the host) goes to `device-<N>threads.json`
+    instead, so ranks never replace the whole-host spec. Without `results_dir` nothing
+    is read or written.
     """
     import torch
 
@@ -551,10 +553,13 @@ def detect_device(
     effective_threads = threads if threads is not None else torch.get_num_threads()
     if results_dir is None:
         return measure_cpu_spec(threads=effective_threads)
-    path = Path(results_dir) / cpu_device_key() / DEVICE_FILE
-    cached = _load_cached_cpu_spec(path, cpu_device_key(), effective_threads)
-    if cached is not None:
-        return cached
+    folder = Path(results_dir) / cpu_device_key()
+    main_path, own_path = folder / DEVICE_FILE, folder / f"device-{effective_threads}threads.json"
+    main = _load_cached_cpu_spec(main_path, cpu_device_key())
+    for cached in (main, _load_cached_cpu_spec(own_path, cpu_device_key())):
+        if cached is not None and cached.threads == effective_threads:
+            return cached
     spec = measure_cpu_spec(threads=effective_threads)
-    write_json_atomic(Path(results_dir) / spec.key / DEVICE_FILE, spec.to_dict())
+    keep_main = main is not None and (main.threads or 0) > effective_threads
+    write_json_atomic(own_path if keep_main else main_path, spec.to_dict())
     return spec

@@ -102,11 +102,24 @@ class E2EResult:
                 "signed_error": self.signed_error,
                 "predicted_own_s": self.predicted_own_s, "error_own": self.error_own,
                 "breakdown_s": self.breakdown_s, "regions_s": self.regions_s,
+                "traced_breakdown_s": {} if self.graph is None else traced_breakdown(self.graph),
                 "unmodelled": [list(row) for row in self.unmodelled],
                 "no_predictor": self.no_predictor, "n_tasks": self.n_tasks,
                 "traced_s": self.traced_s,
                 "overhead_workloads": list(self.overhead_workloads), "bias": self.bias,
                 "env": env}
+
+
+def traced_breakdown(graph: Graph) -> dict[str, float]:
+    """Traced seconds per category of ``graph``, keyed as
+    :attr:`Prediction.breakdown_s` is: device time of kernels where the task has
+    them, host time otherwise (profiler overhead included)."""
+    out: dict[str, float] = {}
+    for task in graph.tasks:
+        key = {"overhead": "host overhead", "unmodelled": "unmodelled"}.get(task.kind, task.family)
+        seconds = sum(k.dur_s for k in task.kernels) if task.kernels else task.measured_s or 0.0
+        out[key] = out.get(key, 0.0) + seconds
+    return dict(sorted(out.items()))
 
 
 def measure_iteration(step: Callable[[], object], items: int, warmup: int = 10, repeat: int = 30,
@@ -247,7 +260,7 @@ def predict_model(model: Any, batch: Any, loss_fn: Callable[[Any, Any], Any], op
     spec = detect_device(device, Path(results), threads=threads)
     torch_device = "cpu" if spec.kind == "cpu" else f"cuda:{spec.index or 0}"
     store = ResultStore(Path(results), spec.key)
-    fit, _ = load_latest_fit(store)
+    fit, _ = load_latest_fit(store, threads=spec.threads)
     if fit is None:
         raise LookupError(f"no fitted predictors under {store.dir}; run "
                           f"`pytest suites/ -m microbench` first")

@@ -23,6 +23,7 @@ from perfmodel.device import DeviceSpec
 from perfmodel.metrics import gmae, mape, max_abs_rel_error, noise_floor
 from perfmodel.ops import OpDef, get_op
 from perfmodel.ops.base import DTYPE_BYTES
+from perfmodel.comm_model import CommRegressor, comm_features
 from perfmodel.predictors import (EfficiencyRegressor, EmbeddingLookupRegressor,
                                   RooflineRegressor, ShapeRegressor, load_predictor,
                                   save_predictor)
@@ -42,7 +43,8 @@ MIN_CONFIGS = 4
 #: Fewest distinct configs for the learned (tree) predictors to be candidates;
 #: below it only the two-parameter-per-resource roofline is fitted.
 MIN_CONFIGS_FOR_ML = 16
-PREDICTOR_KINDS = ("roofline", "shape", "efficiency", "embedding_analytic")
+PREDICTOR_KINDS = ("roofline", "shape", "efficiency", "embedding_analytic", "comm_sigmoid",
+                   "comm_interp")
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,8 @@ def features(kind: str, op: OpDef, direction: str, dtype: str,
             features("shape", op, direction, dtype, params)
     if kind == "embedding_analytic":
         return [float(params[p]) for p in ("B", "E", "T", "L", "D")]
+    if kind in ("comm_sigmoid", "comm_interp"):
+        return comm_features(op, params)
     raise ValueError(f"unknown predictor kind {kind!r}: expected one of {PREDICTOR_KINDS}")
 
 
@@ -93,6 +97,8 @@ def roofline_peaks(device: DeviceSpec) -> list[float]:
 
 def candidate_kinds(op: OpDef, direction: str) -> tuple[str, ...]:
     """Predictor kinds that apply to ``op`` in ``direction``."""
+    if op.family == "collective":  # latency/bandwidth curves per world size
+        return ("comm_sigmoid", "comm_interp")
     generic = ("roofline", "shape", "efficiency")
     return generic + (("embedding_analytic",) if op.analytic_model(direction) else ())
 
@@ -108,6 +114,8 @@ def make_predictor(kind: str, device: DeviceSpec, op: OpDef | None = None,
     if kind == "efficiency":
         peaks = roofline_peaks(device)
         return EfficiencyRegressor(peaks=peaks, n_work=len(peaks))
+    if kind in ("comm_sigmoid", "comm_interp"):
+        return CommRegressor(curve=kind.removeprefix("comm_"))
     if kind == "embedding_analytic" and op is not None and op.analytic_model(direction):
         return EmbeddingLookupRegressor(kind=op.analytic_model(direction), spec=device)
     raise ValueError(f"unknown predictor kind {kind!r}: expected one of {PREDICTOR_KINDS}")
@@ -167,6 +175,9 @@ class FitReport:
     accuracy: dict[tuple[str, str], OpAccuracy] = field(default_factory=dict)
     skipped: dict[tuple[str, str], str] = field(default_factory=dict)
     data_runs: tuple[str, ...] = ()  # run ids of the measurements it was trained on
+    #: torch threads of the CPU measurements it was trained on (None: not a CPU
+    #: fit, or a fit saved before thread counts were recorded).
+    threads: int | None = None
 
     def predictor(self, op: str, direction: str) -> OpPredictor:
         try:
@@ -311,11 +322,29 @@ def fit_op(op_name: str, direction: str, samples: list[Sample], device: DeviceSp
     return final, accuracy
 
 
+def _same_threads(record: dict, device: DeviceSpec) -> bool:
+    """Whether ``record`` was measured with ``device``'s thread count (or it does not matter)."""
+    threads = record.get("env", {}).get("threads")
+    if device.kind != "cpu" or device.threads is None or threads is None:
+        return True
+    try:
+        family = get_op(record["op"]).family
+    except (KeyError, ValueError):
+        family = ""
+    return family == "collective" or threads == device.threads
+
+
 def fit_predictors(records: Iterable[dict], device: DeviceSpec,
                    only: Iterable[tuple[str, str]] | None = None) -> FitReport:
-    """Fit and score every (op, direction) found in ``records`` (or just ``only``)."""
-    report = FitReport()
-    grouped = samples_from_records(records)
+    """Fit and score every (op, direction) found in ``records`` (or just ``only``).
+
+    On a CPU, records measured with another torch thread count than ``device``'s
+    (e.g. by the single-thread ranks of a sharded sweep on one host) time a
+    different machine and are left out, except collectives, whose ranks always
+    share the host.
+    """
+    report = FitReport(threads=device.threads if device.kind == "cpu" else None)
+    grouped = samples_from_records(r for r in records if _same_threads(r, device))
     wanted = set(only) if only is not None else set(grouped)
     for key in sorted(wanted):
         samples = grouped.get(key, [])
@@ -326,6 +355,13 @@ def fit_predictors(records: Iterable[dict], device: DeviceSpec,
     return report
 
 
+def fit_run_ids(records: Iterable[dict], device: DeviceSpec) -> list[str]:
+    """Run ids of the measurement records :func:`fit_predictors` would train
+    on for ``device`` (those of its thread count, and collectives), sorted."""
+    return sorted({str(r.get("run_id")) for r in records
+                   if r.get("kind") == "measurement" and _same_threads(r, device)})
+
+
 # -- persistence -------------------------------------------------------------------
 
 INDEX_SCHEMA = 1
@@ -334,7 +370,8 @@ INDEX_SCHEMA = 1
 def save_fit(report: FitReport, store: ResultStore, run_id: str,
              data_runs: Iterable[str] = ()) -> Path:
     """Write the fitted predictors and their accuracy under ``predictors/<run_id>/``;
-    ``data_runs`` names the run files the fit was trained on."""
+    ``data_runs`` names the run files the fit was trained on. The index records
+    ``report.threads``, so that :func:`load_latest_fit` can ask for a thread count."""
     folder = store.predictors_dir / run_id
     entries = []
     for (op, direction), predictor in sorted(report.predictors.items()):
@@ -344,7 +381,8 @@ def save_fit(report: FitReport, store: ResultStore, run_id: str,
                         "accuracy": asdict(report.accuracy[(op, direction)])})
     write_json_atomic(folder / "index.json", {"schema": INDEX_SCHEMA, "run_id": run_id,
                                               "device_key": store.device_key,
-                                              "data_runs": sorted(data_runs), "entries": entries})
+                                              "data_runs": sorted(data_runs),
+                                              "threads": report.threads, "entries": entries})
     return folder
 
 
@@ -353,15 +391,22 @@ def load_fit(folder: Path) -> FitReport:
     index_path = folder / "index.json"
     try:
         index = json.loads(index_path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{index_path}: cannot read predictor index ({exc})") from None
     if not isinstance(index, dict) or index.get("schema") != INDEX_SCHEMA:
         raise ValueError(f"{index_path}: not a perfmodel predictor index of schema {INDEX_SCHEMA}")
     runs = index.get("data_runs", [])
     if not isinstance(runs, list) or not all(isinstance(r, str) for r in runs):
         raise ValueError(f"{index_path}: 'data_runs' must be a list of run ids")
-    report = FitReport(data_runs=tuple(runs))
-    for entry in index.get("entries", []):
+    threads = index.get("threads")
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool)
+                                or threads < 1):
+        raise ValueError(f"{index_path}: 'threads' must be null or an int >= 1, got {threads!r}")
+    report = FitReport(data_runs=tuple(runs), threads=threads)
+    entries = index.get("entries", [])
+    if not isinstance(entries, list):
+        raise ValueError(f"{index_path}: 'entries' must be a list of predictor entries")
+    for entry in entries:
         try:
             key = (entry["op"], entry["direction"])
             kind, stem = entry["kind"], entry["stem"]
@@ -375,8 +420,12 @@ def load_fit(folder: Path) -> FitReport:
     return report
 
 
-def load_latest_fit(store: ResultStore) -> tuple[FitReport | None, list[str]]:
-    """The newest loadable fit of ``store`` and the problems met on the way."""
+def load_latest_fit(store: ResultStore, threads: int | None = None
+                    ) -> tuple[FitReport | None, list[str]]:
+    """The newest loadable fit of ``store`` and the problems met on the way.
+
+    With ``threads``, the newest fit trained on CPU measurements taken with that
+    many torch threads; fits saved without a thread count never match it."""
     problems: list[str] = []
     if not store.predictors_dir.is_dir():
         return None, problems
@@ -384,7 +433,10 @@ def load_latest_fit(store: ResultStore) -> tuple[FitReport | None, list[str]]:
         if not folder.is_dir():
             continue
         try:
-            return load_fit(folder), problems
+            fit = load_fit(folder)
         except ValueError as exc:
             problems.append(str(exc))
+            continue
+        if threads is None or fit.threads == threads:
+            return fit, problems
     return None, problems

@@ -10,6 +10,8 @@ order. Each trace node is mapped through the op definitions
   whose subtree recorded the same sequence number: the first such node of an
   op instance is an op task (``direction="backward"``; the microbenchmark
   times autograd's whole backward of the op), later ones are **covered** by it;
+- a torch.distributed collective (a c10d node), forward or inside a backward
+  node, is a **collective task** (:func:`match_collective`);
 - a node that matches nothing but has matching descendants is opened: its
   children are planned in its place, with host-overhead tasks between them;
 - anything else is **unmodelled**: kept as one task, named, with the bytes its
@@ -42,7 +44,9 @@ class Task:
     ``kind`` is ``"op"`` (predicted by a fitted op predictor), ``"covered"``
     (part of an earlier op task's backward; no time of its own),
     ``"unmodelled"`` (priced by the overhead table from ``bytes``) or
-    ``"overhead"`` (a gap of the taxonomy; ``name`` is its table key).
+    ``"overhead"`` (a gap of the taxonomy; ``name`` is its table key) or
+    ``"collective"`` (a torch.distributed collective, forward or backward; its
+    ``outputs`` are every tensor it reads or writes).
     ``measured_s`` is the node's duration in the trace, when timed.
     """
 
@@ -98,6 +102,9 @@ def _index_ops(ops: Iterable[OpDef]) -> dict[str, list[OpDef]]:
 
 
 _BY_TRACE_NAME = _index_ops(OPS.values())
+#: Op family of the torch.distributed collectives (:mod:`perfmodel.ops.collective`).
+COLLECTIVE_FAMILY = "collective"
+_COLLECTIVES = _index_ops(op for op in OPS.values() if op.family == COLLECTIVE_FAMILY)
 
 
 def node_dtype(node: TraceNode) -> str | None:
@@ -141,6 +148,18 @@ def match_node(node: TraceNode) -> tuple[OpDef, dict[str, int], str] | None:
     return None
 
 
+def match_collective(node: TraceNode, world_size: int | None) -> tuple[OpDef, dict[str, int]] | None:
+    """``(op, params)`` of a collective node: from its ``record_param_comms``
+    (NCCL), else from the c10d node and the trace's ``world_size`` (gloo)."""
+    for op in _COLLECTIVES.get(node.name, ()):
+        params = op.params_from_node(node)
+        if params is None and world_size is not None:
+            params = op.params_from_c10d(node, world_size)
+        if params is not None:
+            return op, {p: int(params[p]) for p in op.params}
+    return None
+
+
 def tensor_bytes(node: TraceNode) -> float:
     """Bytes of the distinct tensors among the node's inputs and outputs (B)."""
     sizes: dict[int, float] = {}
@@ -162,7 +181,8 @@ def category(name: str) -> str:
 
 
 class _Planner:
-    def __init__(self):
+    def __init__(self, world_size: int | None = None):
+        self.world_size = world_size
         self.matches: dict[int, tuple | None] = {}
         self.tasks: list[Task] = []
         self.seq_owner: dict[int, int] = {}  # seq_id -> index of the forward op task
@@ -185,6 +205,16 @@ class _Planner:
                                measured_s=_gap(children[-1].end_s, parent.end_s)))
 
     def plan(self, node: TraceNode, backward: bool, region: str | None) -> None:
+        collective = match_collective(node, self.world_size) if node.name in _COLLECTIVES \
+            else None
+        if collective is not None:
+            op, params = collective
+            task = self._task(node, "collective", op.family, region, op=op.name,
+                              direction="forward", dtype=node_dtype(node), params=params)
+            task.outputs = tuple(dict.fromkeys(task.inputs + task.outputs))
+            task.sync = _is_blocking(node)
+            self.tasks.append(task)
+            return
         if node.name.startswith(_AUTOGRAD_PREFIX):
             if self._plan_backward(node, region):
                 return
@@ -237,7 +267,7 @@ class _Planner:
         for n in node.walk():
             if n is node:
                 continue
-            if n.name.startswith(_AUTOGRAD_PREFIX):
+            if n.name.startswith(_AUTOGRAD_PREFIX) or n.name in _COLLECTIVES:
                 return True
             if not backward and (self.match(n) is not None or _is_region(n)):
                 return True
@@ -262,6 +292,13 @@ def _is_region(node: TraceNode) -> bool:
     return node.name.startswith("perfmodel.region::")
 
 
+def _is_blocking(node: TraceNode) -> bool:
+    """A c10d collective called with ``async_op=False`` (its ``asyncOp``, the
+    last bool argument, is false): the caller waits for it at once."""
+    flags = [v for v in node.input_values if isinstance(v, bool)]
+    return bool(flags) and not flags[-1]
+
+
 def _is_sync(node: TraceNode) -> bool:
     """Ops that make the host wait for the device (a device-to-host read)."""
     return node.name in ("aten::item", "aten::_local_scalar_dense", "aten::nonzero") or \
@@ -272,7 +309,7 @@ def _is_sync(node: TraceNode) -> bool:
 def build_graph(trace: Trace, iteration: TraceNode | None = None) -> Graph:
     """The task graph of ``iteration`` (default: the trace's last iteration)."""
     node = iteration if iteration is not None else trace.last_iteration()
-    planner = _Planner()
+    planner = _Planner(trace.world_size())
     planner.plan_children(node, node.children, backward=False, region=None)
     return Graph(planner.tasks, node.dur_s, trace.profiler_overhead_s)
 

@@ -10,11 +10,11 @@ overheads (T2.launch + n·T4 + (n-1)·T5 + T3.launch).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from perfmodel.graph import Graph, Task
 from perfmodel.ops import OPS
-from perfmodel.simulate import SimResult, SimTask, simulate
+from perfmodel.simulate import COMM_STREAM, SimResult, SimTask, simulate
 
 if TYPE_CHECKING:  # type hints only: the plugin imports parse_bias at start-up
     from perfmodel.overheads import OverheadTable
@@ -78,11 +78,16 @@ def parse_bias(spec: str) -> dict[str, float]:
 
 
 def sim_tasks(graph: Graph, fit, table: OverheadTable, on_device: bool,
-              bias: dict[str, float] | None = None) -> tuple[list[SimTask], dict[str, int]]:
+              bias: dict[str, float] | None = None,
+              comm: Callable[[str, dict[str, int]], float] | None = None
+              ) -> tuple[list[SimTask], dict[str, int]]:
     """The :class:`SimTask` list of ``graph``: op tasks priced by ``fit``, the rest
     by ``table``. ``on_device``: the ops run as kernels on a CUDA device.
     ``bias`` (see :func:`parse_bias`) scales predictions: a planted error, to
-    check that the gate catches it."""
+    check that the gate catches it. ``comm(op, params)`` prices a collective
+    (s) on the communication stream; its issue costs the host the table's line
+    for its name at 0 bytes. Without ``comm`` a collective is priced as an
+    unmodelled node."""
     bias = bias or {}
     predicted, missing = op_predictions(graph.tasks, fit)
     host_factor = bias.get("overhead", 1.0)
@@ -95,6 +100,12 @@ def sim_tasks(graph: Graph, fit, table: OverheadTable, on_device: bool,
                                region=task.region))
         elif task.kind == "covered":
             continue
+        elif task.kind == "collective" and comm is not None:
+            out.append(SimTask(task.op, "communication",
+                               host_factor * table.leaf_cost(task.name, 0.0),
+                               kernels=[(COMM_STREAM, comm(task.op, task.params))],
+                               inputs=task.inputs, outputs=task.outputs, sync=task.sync,
+                               region=task.region, collective=True))
         elif task.kind == "op" and value is not None:
             if on_device and task.kernels:
                 out.append(_device_task(task, value, table))

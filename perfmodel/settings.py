@@ -87,7 +87,10 @@ def load_settings(pyproject: Path) -> Settings:
         data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise SettingsError(f"{pyproject}: not valid TOML ({exc})") from None
-    table = data.get("tool", {}).get("perfmodel", {})
+    tool = data.get("tool", {})
+    table = tool.get("perfmodel", {}) if isinstance(tool, dict) else {}
+    if not isinstance(table, dict):
+        raise SettingsError(f"{pyproject}: [tool.perfmodel] must be a table, got {table!r}")
     for key in table:
         if key in _RETIRED_KEYS:
             raise SettingsError(f"{pyproject}: [tool.perfmodel] {key} = {table[key]!r} is no "

@@ -10,11 +10,24 @@ order: the same code path serves both.
 
 The result is the iteration time (the later of the host and the last stream),
 a breakdown by category, device-active and idle time, and the timeline.
+
+Several ranks (:func:`simulate_ranks`): a ``collective`` task runs its kernel
+on the rank's communication stream (:data:`COMM_STREAM`); the n-th collective
+of every rank is the same collective, and it starts on all ranks when the last
+of them can start it (issued, stream free, inputs ready), so it also ends at
+the same time everywhere. A host-only task that reads a tensor a collective
+wrote waits for that collective (gloo's ``work.wait()``: on a CPU a rank's
+host blocks; a task with kernels waits through its input readiness anyway).
+The predicted iteration is the slowest rank's.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
+
+#: Stream id of a rank's communication stream (collectives).
+COMM_STREAM = -1
 
 
 @dataclass
@@ -29,6 +42,7 @@ class SimTask:
     outputs: tuple[int, ...] = ()
     sync: bool = False
     region: str | None = None
+    collective: bool = False  # kernels on COMM_STREAM, issued at the end of host_s
 
 
 @dataclass
@@ -47,10 +61,16 @@ class SimResult:
     device_active_s: float
     device_idle_s: float
     timeline: list[tuple[str, str, float, float]]
+    #: Per collective, in order: when this rank alone could start it (s).
+    collective_ready_s: list[float] = field(default_factory=list)
 
 
-def simulate(tasks: list[SimTask], keep_timeline: bool = True) -> SimResult:
-    """Simulate ``tasks`` in order; see the module docstring."""
+def simulate(tasks: list[SimTask], keep_timeline: bool = True,
+             collective_start_s: Sequence[float] = ()) -> SimResult:
+    """Simulate ``tasks`` in order; see the module docstring. The n-th
+    collective starts no earlier than ``collective_start_s[n]`` when given (s)."""
+    comm_ready: dict[int, float] = {}  # tensor id -> end of the collective that wrote it
+    collective_ready: list[float] = []
     cpu = 0.0
     host_busy = 0.0
     stream_free: dict[int, float] = {}
@@ -60,6 +80,8 @@ def simulate(tasks: list[SimTask], keep_timeline: bool = True) -> SimResult:
     intervals: list[tuple[float, float]] = []
     timeline: list[tuple[str, str, float, float]] = []
     for task in tasks:
+        if comm_ready and not task.kernels:
+            cpu = max([cpu, *(comm_ready.get(t, 0.0) for t in task.inputs)])
         start = cpu
         cpu += task.host_s
         host_busy += task.host_s
@@ -72,12 +94,18 @@ def simulate(tasks: list[SimTask], keep_timeline: bool = True) -> SimResult:
                 _add(regions, task.region, task.host_s)
             for t in task.outputs:  # a host-only op (a view, say) passes readiness on
                 ready[t] = deps
+                comm_ready.pop(t, None)  # the host has waited, or the id was reused
         else:
             n = len(task.kernels)
             end = 0.0
             for i, (stream, dur) in enumerate(task.kernels):
-                launch = start + task.host_s * (i + 1) / (n + 1)
+                launch = cpu if task.collective else start + task.host_s * (i + 1) / (n + 1)
                 begin = max(launch, stream_free.get(stream, 0.0), deps)
+                if task.collective:
+                    n_coll = len(collective_ready)
+                    collective_ready.append(begin)
+                    if n_coll < len(collective_start_s):
+                        begin = max(begin, collective_start_s[n_coll])
                 end = begin + dur
                 stream_free[stream] = end
                 intervals.append((begin, end))
@@ -88,12 +116,49 @@ def simulate(tasks: list[SimTask], keep_timeline: bool = True) -> SimResult:
                     timeline.append((f"stream {stream}", task.name, begin, end))
             for t in task.outputs:
                 ready[t] = end
+                if task.collective:
+                    comm_ready[t] = end
         if task.sync and stream_free:
             cpu = max(cpu, max(stream_free.values()))
     total = max([cpu, *stream_free.values()])
     active = _union_length(intervals)
     return SimResult(total, breakdown, regions, host_busy, active,
-                     total - active if intervals else 0.0, timeline)
+                     total - active if intervals else 0.0, timeline, collective_ready)
+
+
+@dataclass
+class MultiRankResult:
+    """The simulated ranks of one iteration: ``total_s`` is the slowest rank's
+    (s); ``collective_start_s`` when each collective started on every rank (s)."""
+
+    total_s: float
+    ranks: list[SimResult]
+    collective_start_s: list[float]
+
+
+def simulate_ranks(ranks: Sequence[list[SimTask]], keep_timeline: bool = True) -> MultiRankResult:
+    """Simulate one task list per rank with the collectives synchronised (see
+    the module docstring); ValueError when the ranks issue different numbers of
+    collectives.
+
+    Each rank is simulated on its own with a lower bound on every collective's
+    start, and the bounds are raised to the latest rank's start until they stop
+    changing. Starts only grow, and the n-th collective is settled once the
+    first n-1 are, so at most one round per collective (plus one) is needed.
+    """
+    counts = [sum(1 for t in tasks if t.collective) for tasks in ranks]
+    if len(set(counts)) > 1:
+        raise ValueError(f"ranks issue different numbers of collectives: {counts}")
+    n = counts[0] if counts else 0
+    starts: list[float] = [0.0] * n
+    for _ in range(n + 1):
+        results = [simulate(tasks, False, starts) for tasks in ranks]
+        latest = [max(r.collective_ready_s[k] for r in results) for k in range(n)]
+        if latest == starts:
+            break
+        starts = latest
+    results = [simulate(tasks, keep_timeline, starts) for tasks in ranks]
+    return MultiRankResult(max((r.total_s for r in results), default=0.0), results, starts)
 
 
 def _add(table: dict[str, float], key: str, value: float) -> None:

@@ -16,6 +16,7 @@ Only JSON is read; nothing loaded from here can execute code.
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import time
@@ -169,7 +170,7 @@ def _validate(record: object, where: str) -> None:
     if not isinstance(record, dict):
         raise ValueError(f"{where}: record is not a JSON object")
     kind = record.get("kind")
-    required = _REQUIRED.get(kind)
+    required = _REQUIRED.get(kind) if isinstance(kind, str) else None
     if required is None:
         raise ValueError(f"{where}: unknown record kind {kind!r}")
     for key, typ in required.items():
@@ -178,3 +179,22 @@ def _validate(record: object, where: str) -> None:
             if typ is float else isinstance(value, typ) and not isinstance(value, bool)
         if not ok:
             raise ValueError(f"{where}: field {key!r} should be {typ.__name__}, got {value!r}")
+    # Values readers compute with: a record that loads can be fitted and gated on.
+    if kind == "measurement":
+        bad = {k: v for k, v in record["config"].items()
+               if not isinstance(v, int) or isinstance(v, bool)}
+        if bad:
+            raise ValueError(f"{where}: config values should be integers, got {bad!r}")
+        _check_seconds(record["measurement"].get("median_s"), f"{where}: measurement.median_s")
+    elif kind == "e2e":
+        _check_seconds(record["measured_s"], f"{where}: field 'measured_s'")
+        if not math.isfinite(record["predicted_s"]) or record["predicted_s"] < 0:
+            raise ValueError(f"{where}: field 'predicted_s' should be seconds >= 0, "
+                             f"got {record['predicted_s']!r}")
+
+
+def _check_seconds(value: object, what: str) -> None:
+    """ValueError unless ``value`` is a finite number of seconds > 0."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) \
+            or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{what} should be seconds > 0, got {value!r}")

@@ -39,6 +39,12 @@ SUPPORTED_ET_SCHEMAS = ("1.0", "1.1")
 _ROOT_PREFIX = "[pytorch|profiler|execution_trace|"
 #: How far ahead in the Kineto events alignment looks for an ET node's name.
 _ALIGN_LOOKAHEAD = 64
+#: The observer's record of the process groups (their sizes, as JSON).
+PROCESS_GROUP_NODE = "## process_group:init ##"
+#: Scopes a collective backend records on its own worker thread (gloo runs each
+#: collective there). The execution-trace observer gives them a parent on the
+#: main thread and nests main-thread ops started meanwhile under them.
+WORKER_SCOPE_PREFIXES = ("gloo:",)
 
 
 class TraceError(ValueError):
@@ -126,6 +132,25 @@ class Trace:
     schema: str
     timed: bool  # whether Kineto timings were attached
     profiler_overhead_s: float = 0.0  # the profiler's cost per recorded op (s)
+    #: Scopes a collective backend ran on its worker threads (see
+    #: :data:`WORKER_SCOPE_PREFIXES`), detached from the tree, untimed.
+    worker_nodes: list[TraceNode] = field(default_factory=list)
+
+    def world_size(self) -> int | None:
+        """Ranks of the default process group (``group_size`` of pg ``"0"`` in
+        the observer's ``## process_group:init ##`` node), None without one."""
+        for node in self.nodes.values():
+            if node.name != PROCESS_GROUP_NODE or not node.input_values:
+                continue
+            try:
+                groups = json.loads(node.input_values[0])
+            except (TypeError, ValueError):
+                continue
+            for group in groups if isinstance(groups, list) else []:
+                size = group.get("group_size") if isinstance(group, dict) else None
+                if group.get("pg_name") == "0" and isinstance(size, int) and size >= 1:
+                    return size
+        return None
 
     def iterations(self) -> list[TraceNode]:
         """The :data:`ITERATION_MARK` nodes in execution order (may be empty)."""
@@ -219,6 +244,8 @@ def capture_trace(step: Callable[[], object], out_dir: Path, name: str, iteratio
     import torch
     from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, record_function
 
+    from perfmodel.region import recording
+
     if iterations < 1:
         raise ValueError(f"iterations must be >= 1, got {iterations}")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -232,7 +259,8 @@ def capture_trace(step: Callable[[], object], out_dir: Path, name: str, iteratio
     observer.register_callback(str(files.et))
     observer.start()
     try:
-        with record_function(ITERATION_MARK):
+        # recording(): the ET observer alone sets no profiler flag for regions.
+        with recording(), record_function(ITERATION_MARK):
             step()
             sync()
     finally:
@@ -314,9 +342,13 @@ def load_trace(et_path: Path, kineto_path: Path | None = None,
     if not roots:
         raise TraceError(f"{et_path}: no root node (every node has a parent: a cycle)")
     _check_acyclic(et_path, nodes, roots)
-    trace = Trace(et_path, nodes, roots, schema, False)
+    workers = _detach_worker_scopes(nodes)
+    trace = Trace(et_path, nodes, [r for r in roots if r.id in nodes], schema, False,
+                  worker_nodes=workers)
     if kineto_path is not None:
         trace.timed = _attach_timings(kineto_path, trace)
+        if trace.timed and workers and trace.iterations():
+            _reparent_by_time(trace.last_iteration(), nodes)
     if calibration_path is not None:
         data = _read_json(calibration_path)
         value = data.get("profiler_overhead_s_per_op") if isinstance(data, dict) else None
@@ -325,6 +357,55 @@ def load_trace(et_path: Path, kineto_path: Path | None = None,
                              f"seconds in [0, 1), got {value!r}")
         trace.profiler_overhead_s = float(value)
     return trace
+
+
+def _detach_worker_scopes(nodes: dict[int, TraceNode]) -> list[TraceNode]:
+    """Remove the worker-thread scopes from ``nodes`` and the tree; their
+    children go back to their parent, in id order (a root scope's children are
+    dropped with it). Returns the scopes."""
+    scopes = [n for n in sorted(nodes.values(), key=lambda n: -n.id)
+              if n.name.startswith(WORKER_SCOPE_PREFIXES)]
+    for scope in scopes:
+        parent = nodes.get(scope.parent)
+        if parent is not None and parent is not scope:
+            for child in scope.children:
+                child.parent = parent.id
+            parent.children = sorted([c for c in parent.children if c is not scope]
+                                     + scope.children, key=lambda n: n.id)
+        scope.children = []
+        del nodes[scope.id]
+    return sorted(scopes, key=lambda n: n.id)
+
+
+#: Slack when comparing Kineto times (s): they are whole nanoseconds.
+_TIME_SLACK_S = 5e-10
+
+
+def _reparent_by_time(iteration: TraceNode, nodes: dict[int, TraceNode]) -> None:
+    """Give every timed node of ``iteration``'s thread the innermost earlier node
+    whose Kineto interval holds it as parent (``iteration`` when none does).
+
+    Used when a collective backend's worker scopes were open: the observer then
+    pushes and pops them on the main thread's stack, so later ops land too deep
+    (a DDP ``c10d::allreduce_`` inside an earlier backward op, 4 gloo ranks) or
+    too shallow. Node ids are start order; untimed nodes keep their parent."""
+    mine = [n for n in iteration.walk() if n is not iteration and n.tid == iteration.tid
+            and n.ts_s is not None and n.dur_s is not None]
+    for node in mine:  # moved nodes' children are re-added below
+        parent = nodes.get(node.parent)
+        if parent is not None:
+            parent.children = [c for c in parent.children if c is not node]
+    stack = [iteration]
+    for node in sorted(mine, key=lambda n: n.id):
+        while len(stack) > 1 and not (stack[-1].ts_s <= node.ts_s + _TIME_SLACK_S
+                                      and node.ts_s < stack[-1].end_s - _TIME_SLACK_S
+                                      and node.end_s <= stack[-1].end_s + _TIME_SLACK_S):
+            stack.pop()
+        node.parent = stack[-1].id
+        stack[-1].children.append(node)
+        stack.append(node)
+    for node in [iteration] + mine:
+        node.children.sort(key=lambda n: n.id)
 
 
 def _read_json(path: Path) -> Any:
@@ -365,7 +446,7 @@ def _parse_node(path: Path, index: int, raw: Any) -> TraceNode:
     if not isinstance(raw_attrs, list):
         raise TraceError(f"{where}: 'attrs' must be a list")
     for attr in raw_attrs:
-        if not isinstance(attr, dict) or "name" not in attr:
+        if not isinstance(attr, dict) or not isinstance(attr.get("name"), str):
             raise TraceError(f"{where}: malformed attr {attr!r}")
         attrs[attr["name"]] = attr.get("value")
     seq_id, rf_id, tid = attrs.get("seq_id", -1), attrs.get("rf_id"), attrs.get("tid", 0)

@@ -16,11 +16,16 @@ from perfmodel.settings import SettingsError, load_settings
 from pytest_perfmodel.session import Options, PerfmodelSession, default_threads
 
 SESSION_KEY = pytest.StashKey[PerfmodelSession]()
+#: Multi-rank runs: --perfmodel-ranks, sharding, quiet non-zero ranks.
+pytest_plugins = ["pytest_perfmodel.distributed"]
 
 MARKERS = {
     "microbench": "microbenchmark of one op config; writes measurements to the results store",
     "accuracy": "held-out accuracy of one op's fitted predictor against its GMAE threshold",
     "e2e": "end-to-end iteration time of one workload: measured against predicted",
+    "collective": "a collective across MPI ranks (mpiexec -n N or --perfmodel-ranks N)",
+    "stability": "gate-stability experiment: repeated E2E rounds scored with planted biases "
+                 "(--perfmodel-rounds); deselected unless -m stability",
     "perfmodel_ops(*names)": "ops whose configs parametrise `op_case` / `op_target`",
     "perfmodel_workloads(*names)": "workloads that parametrise `workload`",
 }
@@ -52,6 +57,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run each e2e workload baseline_runs times (pyproject, default 5) "
                          "and store the mean and spread of its error as "
                          "results/<device-key>/baseline-<profile>.json")
+    group.addoption("--perfmodel-rounds", type=int, default=20, metavar="N",
+                    help="rounds of the gate-stability experiment (-m stability; default 20)")
+    group.addoption("--perfmodel-report", action="store_true",
+                    help="at the end of the session, write the HTML report of the stored "
+                         "results to results/<device-key>/report/index.html")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -61,8 +71,10 @@ def pytest_configure(config: pytest.Config) -> None:
     threads = default_threads() if opt.perfmodel_threads is None else opt.perfmodel_threads
     if threads < 1:
         raise pytest.UsageError(f"--perfmodel-threads must be >= 1, got {threads}")
+    if opt.perfmodel_rounds < 1:
+        raise pytest.UsageError(f"--perfmodel-rounds must be >= 1, got {opt.perfmodel_rounds}")
     budget = opt.perfmodel_budget or BUDGET_S[opt.perfmodel_profile]
-    if budget <= 0 or not 0 < opt.perfmodel_target_ci < 1:
+    if not 0 < budget < float("inf") or not 0 < opt.perfmodel_target_ci < 1:  # NaN fails too
         raise pytest.UsageError("--perfmodel-budget must be > 0 and --perfmodel-target-ci in (0, 1)")
     if opt.perfmodel_device is not None:
         from perfmodel.device import parse_device
@@ -164,11 +176,18 @@ def pytest_runtestloop(session: pytest.Session):
     pm = session.config.stash[SESSION_KEY]
     if pm.finish().failed:
         session.testsfailed += 1
+    if session.config.option.perfmodel_report:
+        pm.write_report()
     return result
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     pm = config.stash.get(SESSION_KEY, None)
+    if pm is not None and pm.device_unavailable:
+        terminalreporter.section("perfmodel")
+        terminalreporter.write_line(f"WARN {pm.device_unavailable}; its items were skipped",
+                                    yellow=True)
+        return
     if pm is None or not (pm.accuracy or pm.e2e or pm.user_models or pm.gate.lines or pm.problems
                           or pm.notes):
         return

@@ -50,6 +50,8 @@ class PerfmodelSession:
         self.rootdir = rootdir
         self.run_id = new_run_id()
         self._device = None
+        #: Why the requested device cannot be used (CUDA asked for but absent), or None.
+        self.device_unavailable: str | None = None
         self._env: dict | None = None
         self._writer = None
         self._fit = None
@@ -67,13 +69,19 @@ class PerfmodelSession:
     def device(self):
         """The :class:`~perfmodel.device.DeviceSpec` in use (detected once)."""
         if self._device is None:
+            if self.device_unavailable:
+                pytest.skip(self.device_unavailable)
             import torch
 
             from perfmodel.device import detect_device
 
             torch.set_num_threads(self.options.threads)
-            self._device = detect_device(self.options.device, self.options.results_root,
-                                         threads=self.options.threads)
+            try:
+                self._device = detect_device(self.options.device, self.options.results_root,
+                                             threads=self.options.threads)
+            except RuntimeError as exc:  # e.g. --perfmodel-device cuda without CUDA
+                self.device_unavailable = f"--perfmodel-device {self.options.device}: {exc}"
+                pytest.skip(self.device_unavailable)
         return self._device
 
     @property
@@ -106,10 +114,18 @@ class PerfmodelSession:
                              budget_s=self.options.budget_s, cold_cache=self.options.cold_cache)
 
     # -- items -----------------------------------------------------------------------
-    def benchmark(self, case) -> None:
-        """Measure ``case`` and append its records to this run's file."""
+    def benchmark(self, case, request: pytest.FixtureRequest | None = None) -> None:
+        """Measure ``case`` and append its records to this run's file; with the
+        item's ``request``, also report the samples to pytest-benchmark."""
         from perfmodel.bench import MAX_CALL_S, CaseUnsupported, benchmark_case, measurement_record
+        from perfmodel.ops import get_op
 
+        if get_op(case.op).family == "collective":  # on every rank; rank 0 stores
+            from pytest_perfmodel.distributed import benchmark_collective
+
+            benchmark_collective(self, case)
+            self._fit = None
+            return
         try:
             measurements = benchmark_case(case, self.device, self.torch_device,
                                           self.timer_settings, MAX_CALL_S[self.options.profile])
@@ -118,24 +134,32 @@ class PerfmodelSession:
         for replicate, m in enumerate(measurements):
             self._append(measurement_record(case, m, replicate, self.env))
         self._fit = None  # new data: refit before the next accuracy or e2e item
+        if request is not None:
+            from pytest_perfmodel.benchmark_interop import feed_benchmark
+
+            feed_benchmark(request, measurements)
 
     def fit(self):
-        """Predictors fitted on every stored measurement of this device.
+        """Predictors fitted on the stored measurements of this device taken
+        at this session's thread count (``--perfmodel-threads``; collectives at
+        any).
 
-        The newest stored fit is reused when it was trained on exactly the run
-        files present now (so repeated ``-m e2e`` runs predict with the same
-        model); otherwise, including after new measurements, it refits and
-        saves the fit. With no measurements at all the newest fit is used.
+        The newest stored fit of that thread count is reused when it was trained
+        on exactly the run files that qualify now (so repeated ``-m e2e`` runs
+        predict with the same model); otherwise, including after new
+        measurements, it refits and saves the fit. With no such measurements
+        the newest fit of that thread count is used (None when there is none).
         """
         if self._fit is None:
-            from perfmodel.fitting import fit_predictors, load_latest_fit, save_fit
+            from perfmodel.fitting import fit_predictors, fit_run_ids, load_latest_fit, save_fit
 
             loaded = self.store.load("measurement")
-            latest, problems = load_latest_fit(self.store)
+            latest, problems = load_latest_fit(self.store, threads=self.device.threads)
             self._note_problems(loaded.problems + problems)
-            runs = sorted({r["run_id"] for r in loaded.records})
-            if loaded.records and (latest is None or list(latest.data_runs) != runs):
+            runs = fit_run_ids(loaded.records, self.device)
+            if runs and (latest is None or list(latest.data_runs) != runs):
                 self._fit = fit_predictors(loaded.records, self.device)
+                self._fit.data_runs = tuple(runs)
                 save_fit(self._fit, self.store, self.run_id, runs)
             else:
                 self._fit = latest
@@ -191,6 +215,37 @@ class PerfmodelSession:
                                          bias=self.options.bias, profile=self.options.profile)
             self.record_e2e(result)
             del step
+
+    def run_e2e_multirank(self, workload: str, world_size: int) -> None:
+        """Trace, predict and measure multi-rank ``workload`` on ``world_size``
+        ranks under mpiexec (``baseline_runs`` times when saving a baseline), and
+        record its error as ``<workload>@<world_size>`` for the gate.
+
+        The ranks share this host's usable cores and load the fit of their own
+        thread count (:func:`perfmodel.multirank.rank_threads`). When this
+        session runs at that count (``--perfmodel-threads 1`` for 2 or 4 ranks
+        on 2 cores) its fit is refreshed and saved first; otherwise the newest
+        stored fit of that count is used (noted in the summary), and the item
+        fails naming the command to run when there is none."""
+        from perfmodel.multirank import MultirankError, rank_threads, run_multirank
+
+        threads = rank_threads(world_size)
+        if self.device.kind == "cpu" and self.device.threads == threads:
+            self.fit()  # a fresh fit of the ranks' thread count is saved for them
+        else:
+            note = (f"{workload}@{world_size}: ranks run {threads} thread(s), this session "
+                    f"{self.device.threads}; they use the stored {threads}-thread fit")
+            if note not in self.notes:
+                self.notes.append(note)
+        runs = self.settings.baseline_runs if self.options.save_baseline else 1
+        for _ in range(runs):
+            try:
+                result = run_multirank(workload, world_size, self.options.results_root,
+                                       self.device.key, self.device.mem_bandwidth_Bps,
+                                       profile=self.options.profile, bias=self.options.bias)
+            except (MultirankError, FileNotFoundError) as exc:
+                pytest.fail(str(exc), pytrace=False)
+            self.record_e2e(result)
 
     def _trace_expected_workloads(self) -> None:
         """Before the first prediction, trace every selected workload once, so
@@ -254,6 +309,71 @@ class PerfmodelSession:
         if seconds > limit_s:
             pytest.fail(f"predicting {n} tasks took {seconds:.2f} s > {limit_s} s", pytrace=False)
 
+    def write_report(self) -> None:
+        """Write the HTML report of the stored results (rank 0 only under MPI); its
+        path, or why it was not written, goes to the summary."""
+        from perfmodel.distributed import launcher_world
+        from perfmodel.report import build_report
+
+        world = launcher_world()
+        if world is not None and world[0] != 0:
+            return
+        device = self._device.key if self._device is not None else self.options.device
+        try:
+            path = build_report(self.options.results_root, device, self.options.profile,
+                                settings=self.settings)
+        except (ValueError, OSError) as exc:
+            self.notes.append(f"WARN perfmodel report not written: {exc}")
+            return
+        self.notes.append(f"report written to {path}")
+
+    def run_stability(self, rounds: int) -> None:
+        """The gate-stability experiment (:mod:`perfmodel.stability`): ``rounds`` times,
+        trace and measure every workload of the baseline once and score each planted-bias
+        variant with the gate against that same measurement. The tally goes to the
+        summary and, after every round, to ``results/<key>/stability/<run-id>.json``."""
+        from perfmodel.plaindata import write_json_atomic
+        from perfmodel.stability import StabilityTally, measure_variants, workloads_to_run
+        from perfmodel.workloads import WORKLOADS
+
+        fit = self._required_fit()
+        path = self.store.baseline_path(self.options.profile)
+        try:
+            baseline = load_baseline(path)
+        except ValueError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        if baseline is None:
+            pytest.fail(f"no baseline at {path} to score the gate against; save one with "
+                        f"--perfmodel-save-baseline", pytrace=False)
+        tally = StabilityTally(baseline, self.settings.gate_policy())
+        names = workloads_to_run(baseline, WORKLOADS)
+        out = self.store.dir / "stability" / f"{self.run_id}.json"
+        for _ in range(rounds):
+            graphs = {}
+            for name in names:  # a fresh trace of every workload first: one shared table
+                if name not in tally.skipped:
+                    try:
+                        graphs[name] = self._trace(name, self._build(name))
+                    except pytest.skip.Exception as exc:
+                        tally.skipped[name] = str(exc)
+            if not graphs:
+                pytest.fail(f"no workload of {path} could run: {tally.skipped}", pytrace=False)
+            table = self._shared_table()
+            measured, predicted = {}, {}
+            for name, graph in graphs.items():
+                step = self._build(name)
+                measured[name], predicted[name] = measure_variants(
+                    step.step, step.items, graph, fit, table, self.torch_device,
+                    tally.variants, self.options.profile)
+                del step
+            tally.add_round(measured, predicted)
+            write_json_atomic(out, {**tally.to_dict(), "run_id": self.run_id,
+                                    "device_key": self.device.key,
+                                    "profile": self.options.profile, "baseline": str(path),
+                                    "env": self.env})
+        self.notes.extend(tally.lines())
+        self.notes.append(f"stability tally written to {out}")
+
     def _note_problems(self, problems: list[str]) -> None:
         for problem in problems:
             if problem not in self.problems:
@@ -269,6 +389,8 @@ class PerfmodelSession:
         """Close the run file, save the baseline when asked, and run the gate."""
         if self._writer is not None:
             self._writer.close()
+        if self.device_unavailable:  # every item skipped: nothing ran, nothing to gate
+            return self.gate
         if not self.e2e and not self.e2e_expected:
             return self.gate
         errors: dict[str, list[float]] = {}

@@ -12,9 +12,10 @@ import pytest
 
 
 @pytest.mark.microbench
-def test_microbench(op_case, perfmodel_session):
-    """Measure one config of one op and store the measurements."""
-    perfmodel_session.benchmark(op_case)
+def test_microbench(op_case, perfmodel_session, request):
+    """Measure one config of one op, store the measurements, and report them
+    to pytest-benchmark when it is active."""
+    perfmodel_session.benchmark(op_case, request)
 
 
 @pytest.mark.accuracy

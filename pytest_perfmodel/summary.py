@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from pytest_perfmodel.session import PerfmodelSession
+
+#: Columns the block fits in. Longer gate warnings (prose) are wrapped; a FAIL
+#: line and a line naming a file stay whole, so they can be searched for.
+WIDTH = 100
 
 
 _SHORT = {"forward": "fwd", "backward": "bwd"}
 
 
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1%}"
+#: The gate's verdict statuses as the E2E table shows them.
+_VERDICT = {"ok": "ok", "regressed": "FAIL", "over_ceiling": "FAIL ceiling", "new": "new",
+            "missing": "FAIL missing", "invalid": "FAIL invalid"}
+
+
+def _pct(value: float | None, sign: str = "") -> str:
+    return "n/a" if value is None else f"{value:{sign}.1%}"
 
 
 def _short(node_name: str) -> str:
@@ -26,8 +37,9 @@ def summary_lines(pm: PerfmodelSession, quiet: bool = False) -> list[str]:
     """Lines to print; with ``quiet`` only failures and warnings."""
     lines: list[str] = []
     if not quiet:
-        lines.append(f"device {pm.device.key} ({pm.device.name}), profile {pm.options.profile}, "
-                     f"results {pm.store.dir}")
+        lines.append(f"device {pm.device.key} ({pm.device.name}), profile {pm.options.profile}"
+                     [:100])
+        lines.append(f"results {pm.store.dir}")
     if pm.accuracy and not quiet:
         names = [f"{acc.op}.{_SHORT[acc.direction]}" for acc in pm.accuracy]
         width = max(len("op.dir"), *map(len, names)) + 1
@@ -40,13 +52,19 @@ def summary_lines(pm: PerfmodelSession, quiet: bool = False) -> list[str]:
                          f"{_pct(acc.noise_floor):>7}{_pct(acc.noise_floor_runs):>7}  "
                          f"{acc.chosen:<10}{acc.n_configs:>7}")
     if (pm.e2e or pm.user_models) and not quiet:
+        verdicts = {v.workload: v for v in pm.gate.verdicts}
         lines.append("")
         lines.append(f"{'workload':<20}{'measured':>10}{'sd':>8}{'predicted':>11}{'error':>8}"
-                     f"{'own-ovh':>9}{'unmodelled':>12}")
-        for r in [*pm.e2e, *pm.user_models]:
-            lines.append(f"{r.workload:<20}{_ms(r.measured.median_s):>10}{_ms(r.measured.sd_s):>8}"
-                         f"{_ms(r.predicted_s):>11}{_pct(r.error):>8}{_pct(r.error_own):>9}"
-                         f"{_pct(r.unmodelled_share):>12}")
+                     f"{'own-ovh':>8}{'unmod':>7}{'baseline':>9}  {'verdict'}")
+        rows = [(r, verdicts.get(r.workload)) for r in pm.e2e] + \
+            [(r, None) for r in pm.user_models]  # user models are not gated
+        for r, v in rows:
+            base = v.entry.mean if v is not None and v.entry is not None else None
+            lines.append(f"{r.workload[:19]:<20}{_ms(r.measured.median_s):>10}"
+                         f"{_ms(r.measured.sd_s):>8}{_ms(r.predicted_s):>11}"
+                         f"{_pct(r.signed_error, '+'):>8}{_pct(r.error_own):>8}"
+                         f"{_pct(r.unmodelled_share):>7}{_pct(base, '+'):>9}  "
+                         f"{_VERDICT.get(v.status, v.status) if v else '-'}")
         for r in [*pm.e2e, *pm.user_models]:
             top = ", ".join(f"{_short(name)} x{n} {_pct(share)}"
                             for name, n, share in r.unmodelled[:3])
@@ -61,4 +79,21 @@ def summary_lines(pm: PerfmodelSession, quiet: bool = False) -> list[str]:
             lines.append("")
         lines.extend(line for line in pm.gate.lines
                      if not quiet or line.startswith(("FAIL", "WARN")))
-    return lines
+    decision = gate_decision(pm)
+    if decision and (not quiet or decision.startswith("FAIL")):
+        lines.append(decision)
+    return [part for line in lines for part in (
+        textwrap.wrap(line, WIDTH, subsequent_indent="     ", break_long_words=False,
+                      break_on_hyphens=False) if line.startswith("WARN ") else [line])]
+
+
+def gate_decision(pm: PerfmodelSession) -> str | None:
+    """One line with the gate's decision over its verdicts; None without verdicts."""
+    verdicts = pm.gate.verdicts
+    if not verdicts:
+        return None
+    failed = [v.workload for v in verdicts if v.failed]
+    if failed:
+        return (f"FAIL perfmodel gate: {len(failed)} of {len(verdicts)} workload(s) failed "
+                f"({', '.join(failed)})")[:100]
+    return f"perfmodel gate: pass, {len(verdicts)} workload(s) within their baseline"

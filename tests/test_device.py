@@ -298,6 +298,23 @@ def test_detect_device_remeasures_for_other_thread_count(tmp_path, monkeypatch):
     fresh = planted_cpu_spec(threads=1, mem_bandwidth_Bps=1.0e10)
     monkeypatch.setattr(device, "measure_cpu_spec", lambda threads=None: fresh if threads == 1 else None)
     assert detect_device("cpu", results_dir=tmp_path, threads=1) == fresh
+    # the whole-host spec stays; the single-thread one (an MPI rank's) is cached beside it
+    assert DeviceSpec.from_dict(json.loads(path.read_text())) == cached
+    beside = path.parent / "device-1threads.json"
+    assert DeviceSpec.from_dict(json.loads(beside.read_text())) == fresh
+    monkeypatch.setattr(device, "measure_cpu_spec", must_not_measure)
+    assert detect_device("cpu", results_dir=tmp_path, threads=1) == fresh
+    assert detect_device("cpu", results_dir=tmp_path, threads=2) == cached
+
+
+def test_detect_device_more_threads_replace_the_main_cache(tmp_path, monkeypatch):
+    cached = planted_cpu_spec(threads=1)
+    path = tmp_path / cached.key / "device.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(cached.to_dict()))
+    fresh = planted_cpu_spec(threads=2)
+    monkeypatch.setattr(device, "measure_cpu_spec", lambda threads=None: fresh)
+    assert detect_device("cpu", results_dir=tmp_path, threads=2) == fresh
     assert DeviceSpec.from_dict(json.loads(path.read_text())) == fresh
 
 

@@ -122,3 +122,87 @@ def test_between_runs_noise_floor_pairs_first_and_last_run():
     floor = between_runs_noise_floor(samples)
     assert floor == pytest.approx((0.1 / 1.1 + 0.1 / 1.0) / 2 + 4e-4, rel=1e-6)  # symmetric
     assert between_runs_noise_floor([s("r1", 1.0), s("r1", 1.2, replicate=1)]) is None
+
+
+# -- fits per thread count --------------------------------------------------------
+
+SPEC_1T = DeviceSpec(**{**SPEC.to_dict(), "threads": 1})
+
+
+def threaded_records(threads, run_id, seconds_scale=1.0):
+    """The first 8 forward configs of ``planted_records`` (few enough that only the
+    roofline is fitted: fast) measured at ``threads`` torch threads in ``run_id``."""
+    forward = [r for r in planted_records() if r["direction"] == "forward"][:16]
+    return [{**r, "run_id": run_id, "env": {"threads": threads},
+             "measurement": {"median_s": r["measurement"]["median_s"] * seconds_scale}}
+            for r in forward]
+
+
+def test_a_saved_fit_records_its_thread_count(tmp_path):
+    store = ResultStore(tmp_path, SPEC.key)
+    fit = fit_predictors(threaded_records(1, "r1"), SPEC_1T)
+    assert fit.threads == 1
+    folder = save_fit(fit, store, "f1", ["r1"])
+    assert json.loads((folder / "index.json").read_text())["threads"] == 1
+    assert load_fit(folder).threads == 1
+
+
+def test_latest_fit_of_a_thread_count(tmp_path):
+    store = ResultStore(tmp_path, SPEC.key)
+    records = threaded_records(2, "r2") + threaded_records(1, "r1")
+    save_fit(fit_predictors(records, SPEC_1T), store, "2026a", ["r1"])
+    save_fit(fit_predictors(records, SPEC), store, "2026b", ["r2"])
+    old = save_fit(fit_predictors(records, SPEC), store, "2026c", ["r2"])
+    index = json.loads((old / "index.json").read_text())
+    del index["threads"]  # saved before thread counts were recorded
+    (old / "index.json").write_text(json.dumps(index))
+    assert load_latest_fit(store, threads=1)[0].data_runs == ("r1",)
+    assert load_latest_fit(store, threads=2)[0].data_runs == ("r2",)
+    assert load_latest_fit(store, threads=3)[0] is None
+    latest = load_latest_fit(store)[0]  # any thread count: the newest, old ones included
+    assert latest.threads is None and latest.data_runs == ("r2",)
+
+
+def test_a_bad_thread_count_in_an_index_is_named(tmp_path):
+    folder = save_fit(fit_predictors(threaded_records(1, "r1"), SPEC_1T),
+                      ResultStore(tmp_path, SPEC.key), "f1", ["r1"])
+    index = json.loads((folder / "index.json").read_text())
+    (folder / "index.json").write_text(json.dumps({**index, "threads": 0}))
+    with pytest.raises(ValueError, match="'threads' must be null or an int >= 1"):
+        load_fit(folder)
+
+
+def test_session_fits_and_reuses_per_its_own_thread_count(tmp_path):
+    """A 1-thread session trains on the 1-thread runs only, saves that fit, and
+    never reuses it at 2 threads (nor the 2-thread fit at 1)."""
+    from pathlib import Path
+
+    from perfmodel.settings import Settings
+    from pytest_perfmodel.session import Options, PerfmodelSession
+
+    store = ResultStore(tmp_path, SPEC.key)
+    for threads, run_id, scale in ((1, "r1", 2.0), (2, "r2", 1.0)):
+        writer = store.open_run({"threads": threads}, "quick", run_id)
+        for record in threaded_records(threads, run_id, scale):
+            writer.append({k: v for k, v in record.items() if k != "run_id"})
+        writer.close()
+
+    def session(spec):
+        options = Options(None, "quick", tmp_path, spec.threads, False, 1.0, 0.05, False)
+        s = PerfmodelSession(options, Settings(), Path(tmp_path))
+        s._device = spec
+        return s
+
+    def saved():
+        return sorted(p.name for p in store.predictors_dir.iterdir())
+
+    one = session(SPEC_1T).fit()
+    assert one.threads == 1 and one.data_runs == ("r1",) and len(saved()) == 1
+    two = session(SPEC).fit()
+    assert two.threads == 2 and two.data_runs == ("r2",) and len(saved()) == 2
+    case = next(c for c in get_op("linear").cases("quick") if c.direction == "forward")
+    params = [case.params]
+    assert one.predictor(case.op, case.direction).predict(case.dtype, params)[0] > \
+        1.5 * two.predictor(case.op, case.direction).predict(case.dtype, params)[0]
+    again = session(SPEC_1T).fit()  # reused, not refitted
+    assert again.data_runs == ("r1",) and len(saved()) == 2

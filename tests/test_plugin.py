@@ -29,7 +29,10 @@ def heavy_modules_loaded_once():
     import perfmodel.device  # noqa: F401
     import perfmodel.e2e  # noqa: F401
     import perfmodel.fitting  # noqa: F401
+    import perfmodel.trace  # noqa: F401
     import torch.nn.functional  # noqa: F401
+    import torch._dynamo  # noqa: F401
+    import torch.profiler  # noqa: F401
 
 
 def run(pytester, results, *args):
@@ -263,7 +266,10 @@ def test_user_model_fixture_predicts_and_measures(pytester, planted_results):
     results, key = planted_results
     committed = sorted((Path(__file__).parents[1] / "results").glob("*/predictors/*/index.json"))
     assert committed, "the repository should hold at least one fitted predictor set"
-    shutil.copytree(committed[-1].parent, results / key / "predictors" / committed[-1].parent.name)
+    copy = results / key / "predictors" / committed[-1].parent.name
+    shutil.copytree(committed[-1].parent, copy)
+    index = json.loads((copy / "index.json").read_text())  # sessions load their thread count's fit
+    (copy / "index.json").write_text(json.dumps({**index, "threads": THREADS}))
     pytester.makepyfile(USER_MODEL_SUITE)
     out = run(pytester, results)
     out.assert_outcomes(passed=1)
@@ -276,3 +282,41 @@ def test_bad_planted_bias_is_a_usage_error(pytester, planted_results):
     out = run(pytester, results, "--perfmodel-plant-bias=linear=oops")
     assert out.ret == pytest.ExitCode.USAGE_ERROR
     assert "--perfmodel-plant-bias: bad bias 'linear=oops'" in out.stderr.str()
+
+
+def _perfmodel_section(out) -> list[str]:
+    lines = out.stdout.lines
+    start = next(i for i, line in enumerate(lines) if "perfmodel" in line and "=" in line)
+    return [line for line in lines[start + 1:] if not line.startswith("=")]
+
+
+def test_summary_shows_baseline_verdict_and_decision(pytester, planted_results):
+    results, key = planted_results
+    plant_baseline(results, key, BASE)
+    pytester.makepyfile(GATE_SUITE.format(predicted=0.104))  # error +4%, baseline +4%
+    out = run(pytester, results, "-m", "e2e")
+    assert out.ret == 0
+    out.stdout.fnmatch_lines([
+        f"device {key} (planted test CPU), profile smoke",
+        "workload*measured*sd*predicted*error*own-ovh*unmod*baseline  verdict",
+        "mlp_small *100.00ms*1.00ms*104.00ms*+4.0%*n/a*0.0%*+4.0%  ok",
+        "perfmodel gate: pass, 1 workload(s) within their baseline"])
+    assert all(len(line) <= 100 for line in _perfmodel_section(out)
+               if not line.startswith(("ok ", "FAIL ")))  # a gate verdict stays one line
+
+
+def test_summary_quiet_prints_only_failures(pytester, planted_results):
+    results, key = planted_results
+    plant_baseline(results, key, BASE)
+    pytester.makepyfile(GATE_SUITE.format(predicted=0.108))  # error +8% > allowed 7%
+    out = run(pytester, results, "-m", "e2e")
+    out.stdout.fnmatch_lines(["mlp_small *+8.0%*+4.0%  FAIL",
+                              "FAIL perfmodel gate: 1 of 1 workload(s) failed (mlp_small)"])
+    out = run(pytester, results, "-m", "e2e", "-q")
+    assert out.ret == pytest.ExitCode.TESTS_FAILED
+    section = [line for line in _perfmodel_section(out) if line.strip()]
+    assert not [line for line in section if line.startswith(("workload", "mlp_small", "ok"))]
+    assert [line for line in section if line.startswith("FAIL")] == [
+        "FAIL mlp_small: E2E error +8.00% outside baseline +4.00% ± 3.0×spread 1.00% "
+        "(allowed |error| ≤ 7.00%)",
+        "FAIL perfmodel gate: 1 of 1 workload(s) failed (mlp_small)"]

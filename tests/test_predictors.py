@@ -12,6 +12,7 @@ from sklearn.ensemble import ExtraTreesRegressor
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
+from perfmodel.comm_model import CommRegressor
 from perfmodel.metrics import gmae
 from perfmodel.predictors import (
     MIN_SECONDS,
@@ -90,7 +91,8 @@ def test_sklearn_estimator_contract(estimator, check):
 def test_predictor_types_registry():
     assert PREDICTOR_TYPES == {"roofline": RooflineRegressor, "shape": ShapeRegressor,
                                "efficiency": EfficiencyRegressor,
-                               "embedding_analytic": EmbeddingLookupRegressor}
+                               "embedding_analytic": EmbeddingLookupRegressor,
+                               "comm": CommRegressor}
     for name, cls in PREDICTOR_TYPES.items():
         assert cls.type_name == name
 

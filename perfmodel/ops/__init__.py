@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from perfmodel.ops import attention, conv, elementwise, embedding, gemm, memory, norm, optim
+from perfmodel.ops import (attention, collective, conv, elementwise, embedding, gemm, memory,
+                           norm, optim)
 from perfmodel.ops.base import DIRECTIONS, PROFILES, OpCase, OpDef, check_profile
 
 #: One module per op family; each exports ``OPS``, a tuple of op definitions.
-FAMILY_MODULES = (gemm, embedding, conv, norm, elementwise, memory, attention, optim)
+FAMILY_MODULES = (gemm, embedding, conv, norm, elementwise, memory, attention, optim, collective)
 
 OPS: dict[str, OpDef] = {op.name: op for module in FAMILY_MODULES for op in module.OPS}
 

@@ -12,12 +12,15 @@ import dataclasses
 
 from perfmodel.workloads.base import TrainingStep, WorkloadConfig
 from perfmodel.workloads.cnn import CNNConfig
+from perfmodel.workloads.ddp import DDPConfig
 from perfmodel.workloads.dlrm import MLPERF_TABLE_ROWS, DLRMConfig
+from perfmodel.workloads.dlrm_mp import DLRMMPConfig
 from perfmodel.workloads.hf import HFGPT2Config
 from perfmodel.workloads.mlp import MLPConfig
 from perfmodel.workloads.transformer import TransformerConfig
 
-__all__ = ["WORKLOADS", "TrainingStep", "WorkloadConfig", "build_workload", "get_workload"]
+__all__ = ["MULTIRANK_WORKLOADS", "WORKLOADS", "TrainingStep", "WorkloadConfig",
+           "build_workload", "get_multirank_workload", "get_workload"]
 
 _DLRM_MEDIUM = DLRMConfig(batch=512, dense_features=13, bottom_mlp=(128, 64), top_mlp=(128, 64, 1),
                           table_rows=(1_000_000,) * 8, max_rows=20_000, embedding_dim=64,
@@ -49,6 +52,14 @@ _CONFIGS: tuple[WorkloadConfig, ...] = (
 #: Named workload configs that ``pytest -m e2e`` and the CLI know.
 WORKLOADS: dict[str, WorkloadConfig] = {cfg.name: cfg for cfg in _CONFIGS}
 
+#: Workloads that run on several ranks: their configs have ``needs_process_group``
+#: (building needs torch.distributed initialised) and ``world_sizes``; see
+#: :mod:`perfmodel.multirank`.
+MULTIRANK_WORKLOADS: dict[str, WorkloadConfig] = {cfg.name: cfg for cfg in (
+    DDPConfig(name="ddp_mlp"),
+    DLRMMPConfig(name="dlrm_mp"),
+)}
+
 #: Variants :func:`build_workload` can build of a registered config.
 SIZES = ("registered", "tiny", "full")
 
@@ -60,6 +71,15 @@ def get_workload(name: str) -> WorkloadConfig:
     except KeyError:
         raise ValueError(f"unknown workload {name!r}: known workloads are "
                          f"{', '.join(sorted(WORKLOADS))}") from None
+
+
+def get_multirank_workload(name: str) -> WorkloadConfig:
+    """The config of multi-rank workload ``name``; ValueError listing the known ones."""
+    try:
+        return MULTIRANK_WORKLOADS[name]
+    except KeyError:
+        raise ValueError(f"unknown multi-rank workload {name!r}: known are "
+                         f"{', '.join(sorted(MULTIRANK_WORKLOADS))}") from None
 
 
 def build_workload(name: str, device: str, seed: int = 0, size: str = "registered") -> TrainingStep:

@@ -1,0 +1,402 @@
+"""Ranks of a multi-process run: MPI starts and coordinates them, torch.distributed
+runs the collectives.
+
+Under ``mpiexec`` each process is one rank of an MPI world (mpi4py); rank 0 picks
+a TCP port, broadcasts it, and every rank joins a ``torch.distributed`` process
+group on it (gloo on CPU, NCCL on CUDA) with a per-collective timeout. A plain
+process is a world of one (no MPI, a local store). mpi4py is imported only when
+the launcher's environment variables say this process is an MPI rank.
+
+Timing (:func:`measure_collective`): before every sample the ranks meet at a
+torch.distributed barrier; each rank times its own calls; a sample is the *maximum* over ranks
+of the per-rank durations (the collective is done when its slowest rank is).
+PARAM instead times a loop of iterations per rank after one barrier and reports
+p50/p95 across ranks; per-sample maxima give the distribution a synchronous
+training step sees. Rank 0 gathers the per-rank samples with ``comm.gather`` and
+decides, for every rank, when to stop (same rules as :mod:`perfmodel.timing`).
+
+A collective that fails or times out on one rank aborts every rank (``MPI_Abort``)
+after one line on stderr naming the ranks that did not complete it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Callable, Mapping
+
+#: Environment variables with this process's rank / world size / rank and count
+#: on its host, set by MPICH/Hydra (PMI_*, MPI_LOCAL*), Open MPI and PMIx launchers.
+RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
+SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
+LOCAL_RANK_VARS = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK")
+LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
+#: Test hook: ``exit:R`` makes rank R exit, ``hang:R`` makes it hang, inside its
+#: first collective (after issuing it), to check the failure path.
+FAULT_VAR = "PERFMODEL_FAULT"
+#: Default per-collective timeout (s).
+DEFAULT_TIMEOUT_S = 60.0
+#: How long a rank that saw a collective fail waits for the others to report (s).
+REPORT_GRACE_S = 2.0
+#: Warm-up calls per replicate (the first pays one-off costs; the rest size blocks).
+WARMUP_CALLS = 3
+#: Shortest block of calls one sample times (s), as in :class:`perfmodel.timing.Timer`.
+MIN_BLOCK_S = 2e-5
+#: Most samples per replicate.
+MAX_SAMPLES = 2000
+
+
+def _first_int(environ: Mapping[str, str], names) -> int | None:
+    for name in names:
+        if environ.get(name, "").isdigit():
+            return int(environ[name])
+    return None
+
+
+def launcher_world(environ: Mapping[str, str] = os.environ) -> tuple[int, int] | None:
+    """(rank, size) from an MPI launcher's environment, or None outside one."""
+    rank, size = _first_int(environ, RANK_VARS), _first_int(environ, SIZE_VARS)
+    return None if rank is None or size is None else (rank, size)
+
+
+def local_ranks(environ: Mapping[str, str] = os.environ) -> tuple[int, int]:
+    """(this rank's index on its host, ranks on its host); (0, 1) when unknown."""
+    world = launcher_world(environ)
+    local_rank = _first_int(environ, LOCAL_RANK_VARS)
+    local_size = _first_int(environ, LOCAL_SIZE_VARS)
+    if local_rank is None or local_size is None:
+        return (world[0], world[1]) if world else (0, 1)  # assume one host
+    return local_rank, local_size
+
+
+def threads_per_rank(cores: int, ranks_on_host: int) -> int:
+    """CPU threads each rank pins torch to: its share of the host's cores (>= 1)."""
+    return max(1, cores // max(1, ranks_on_host))
+
+
+class _OneRank:
+    """The MPI calls this module uses, for a world of one process."""
+
+    def Get_rank(self) -> int:
+        return 0
+
+    def Get_size(self) -> int:
+        return 1
+
+    def gather(self, obj, root=0):
+        return [obj]
+
+    def bcast(self, obj, root=0):
+        return obj
+
+    def Abort(self, code=1):
+        os._exit(code)
+
+
+@dataclass
+class World:
+    """This process's place among the ranks, and the handles that coordinate them."""
+
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    comm: Any  # mpi4py COMM_WORLD, or _OneRank
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    device: str | None = None  # set once torch.distributed is initialised
+    store: Any = None  # the torch.distributed store, used to report failures
+    peers: list = field(default_factory=list)  # (host name, pid) of every rank
+    #: Called before an abort writes its message (e.g. to stop output capture).
+    before_abort: Callable[[], None] | None = None
+    _fault: tuple[str, int] | None = field(default=None, repr=False)
+
+    @property
+    def is_mpi(self) -> bool:
+        return not isinstance(self.comm, _OneRank)
+
+    def barrier(self, what: str = "the barrier", poll_s: float = 1e-3) -> None:
+        """Wait for every rank, sleeping between polls (MPI's blocking barrier
+        spins, and a spinning rank steals the core of a rank still measuring).
+        Aborts the run when a rank on this host has exited meanwhile."""
+        if self.size == 1:
+            return
+        request = self.comm.Ibarrier()
+        next_check = time.monotonic() + 1.0
+        while not request.Test():
+            time.sleep(poll_s)
+            if time.monotonic() > next_check:
+                next_check += 1.0
+                gone = self.exited_ranks()
+                if gone:
+                    self.abort(f"rank {', '.join(map(str, gone))} exited before {what}")
+
+    def exited_ranks(self) -> list[int]:
+        """Ranks on this host whose process no longer exists."""
+        host, gone = socket.gethostname(), []
+        for rank, (peer_host, pid) in enumerate(self.peers):
+            if peer_host == host and rank != self.rank:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    gone.append(rank)
+                except PermissionError:
+                    pass
+        return gone
+
+    def abort(self, message: str, code: int = 1) -> None:
+        """Write ``message`` to stderr and end every rank."""
+        if self.before_abort is not None:
+            self.before_abort()
+        sys.stderr.write(f"perfmodel rank {self.rank}: {message}\n")
+        sys.stderr.flush()
+        self.comm.Abort(code)
+
+    def wait(self, work, op: str, params: Mapping[str, int]) -> None:
+        """Wait for a collective's ``work`` handle, up to ``timeout_s``; on failure
+        report the ranks that did not complete it and abort the run."""
+        if self._fault is not None and self._fault[1] == self.rank:
+            if self._fault[0] == "exit":
+                os._exit(1)
+            time.sleep(10 * self.timeout_s + 60)
+        try:
+            work.wait(timeout=timedelta(seconds=self.timeout_s))
+        except Exception as exc:  # gloo/NCCL errors and timeouts; nothing is recoverable
+            self.abort(self.describe_failure(op, params, exc))
+
+    def describe_failure(self, op: str, params: Mapping[str, int], exc: BaseException) -> str:
+        """One line naming the ranks that did not report this failure within
+        :data:`REPORT_GRACE_S` (the dead or hung ones) and the collective."""
+        what = f"{op} (world_size={params.get('world_size')}, bytes={params.get('bytes')})"
+        error = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        missing = self._unreported_ranks()
+        if not missing:
+            return f"{what} failed on every rank: {error}"
+        ranks = ", ".join(str(r) for r in missing)
+        noun = "rank" if len(missing) == 1 else "ranks"
+        return (f"{noun} {ranks} did not complete {what} within {self.timeout_s:g} s "
+                f"({type(exc).__name__}: {error})")
+
+    def _unreported_ranks(self) -> list[int]:
+        if self.store is None or self.size == 1:
+            return []
+        try:
+            self.store.set(f"perfmodel/failed/{self.rank}", "1")
+            deadline = time.monotonic() + REPORT_GRACE_S
+            while True:
+                missing = [r for r in range(self.size)
+                           if not self.store.check([f"perfmodel/failed/{r}"])]
+                if not missing or time.monotonic() > deadline:
+                    return missing
+                time.sleep(0.05)
+        except Exception:  # the store lives on rank 0: it is the one gone
+            return [0]
+
+
+_WORLD: World | None = None
+
+
+def mpi_world() -> World:
+    """This process's :class:`World` (MPI under mpiexec, else a world of one);
+    does not start torch.distributed."""
+    global _WORLD
+    if _WORLD is None:
+        if launcher_world() is None:
+            comm: Any = _OneRank()
+        else:
+            from mpi4py import MPI
+
+            comm = MPI.COMM_WORLD
+        local_rank, local_size = local_ranks()
+        peers = comm.allgather((socket.gethostname(), os.getpid())) if launcher_world() else []
+        mode, _, rank = os.environ.get(FAULT_VAR, "").partition(":")
+        fault = (mode, int(rank)) if mode in ("exit", "hang") and rank.isdigit() else None
+        _WORLD = World(comm.Get_rank(), comm.Get_size(), local_rank, local_size, comm,
+                       peers=peers, _fault=fault)
+    return _WORLD
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+def init_distributed(device: str = "cpu", timeout_s: float = DEFAULT_TIMEOUT_S) -> World:
+    """Join every rank into the default torch.distributed process group (once)
+    and return this process's :class:`World`.
+
+    ``device`` is ``"cpu"`` (gloo) or ``"cuda[:N]"`` (NCCL; a rank without an index
+    uses ``cuda:<local rank mod device count>``). ``timeout_s`` bounds every
+    collective (s). The rendezvous address is ``MASTER_ADDR`` when set, else
+    loopback when all ranks share a host, else rank 0's host name.
+    """
+    import torch
+    import torch.distributed as dist
+
+    world = mpi_world()
+    if world.device is not None:
+        return world
+    if device.startswith("cuda"):
+        index = int(device.partition(":")[2] or world.local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(index)
+        device, backend = f"cuda:{index}", "nccl"
+    else:
+        backend = "gloo"
+    timeout = timedelta(seconds=timeout_s)
+    if world.size == 1:
+        store = dist.HashStore()
+    else:
+        same_host = world.local_size == world.size
+        address = os.environ.get("MASTER_ADDR") or (
+            "127.0.0.1" if same_host else socket.gethostname())
+        port = world.comm.bcast(_free_port() if world.rank == 0 else None, root=0)
+        store = dist.TCPStore(address, port, world.size, world.rank == 0, timeout=timeout)
+    dist.init_process_group(backend, store=store, rank=world.rank, world_size=world.size,
+                            timeout=timeout)
+    world.device, world.store, world.timeout_s = device, store, timeout_s
+    return world
+
+
+def current_world() -> World:
+    """The world :func:`init_distributed` set up; RuntimeError before that."""
+    if _WORLD is None or _WORLD.device is None:
+        raise RuntimeError("torch.distributed is not initialised: call "
+                           "perfmodel.distributed.init_distributed() first")
+    return _WORLD
+
+
+def shutdown_distributed() -> None:
+    """Leave the process group, if this process joined one."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    if _WORLD is not None:
+        _WORLD.device = _WORLD.store = None
+
+
+# -- measuring ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CollectiveResult:
+    """One replicate of a collective, at rank 0: the measurement (its samples are
+    per-sample maxima over ranks, seconds) and each rank's own median (s)."""
+
+    measurement: Any  # perfmodel.timing.Measurement
+    rank_median_s: tuple[float, ...]
+
+
+def measure_collective(case, world: World, settings, replicates: int = 2
+                       ) -> list[CollectiveResult]:
+    """Measure the collective ``case`` ``replicates`` times on every rank of
+    ``world`` (all ranks must call this together). Returns the results on rank 0,
+    an empty list elsewhere. ``settings`` is a :class:`perfmodel.bench.TimerSettings`.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from perfmodel.ops import get_op
+
+    runner = get_op(case.op).make_runner(case.params, case.dtype, case.direction, world.device)
+    sync = torch.cuda.synchronize if world.device.startswith("cuda") else (lambda: None)
+
+    def time_block(number: int) -> float:
+        sync()
+        dist.barrier()  # the collectives' own transport: blocks without spinning
+        sync()
+        start = time.perf_counter_ns()
+        for _ in range(number):
+            runner()
+        sync()
+        return (time.perf_counter_ns() - start) / 1e9
+
+    try:
+        results = [_replicate(world, time_block, settings) for _ in range(replicates)]
+    except Exception as exc:  # a barrier timed out, a peer vanished, ...: end every rank
+        world.abort(world.describe_failure(case.op, case.params, exc))
+        raise
+    return [r for r in results if r is not None]
+
+
+def _replicate(world: World, time_block, settings) -> CollectiveResult | None:
+    """One replicate: warm up, agree on a block size, sample; the result at rank 0."""
+    import torch
+
+    from perfmodel.timing import block_size
+
+    warm = [time_block(1) for _ in range(WARMUP_CALLS)]
+    slowest = _max_over_ranks(world, [min(warm[1:])])
+    number = world.comm.bcast(slowest and block_size(slowest[0], MIN_BLOCK_S), root=0)
+    result = _sample(world, time_block, number, settings)
+    if result is None:
+        return None
+    samples, per_rank, reason = result
+    return CollectiveResult(_measurement(samples, number, reason, torch.get_num_threads()),
+                            tuple(float(sorted(s)[len(s) // 2]) for s in per_rank))
+
+
+def _max_over_ranks(world: World, values: list[float]) -> list[float] | None:
+    """Element-wise maxima of every rank's ``values``, at rank 0 (None elsewhere)."""
+    gathered = world.comm.gather(values, root=0)
+    return None if gathered is None else [max(v) for v in zip(*gathered)]
+
+
+def _sample(world: World, time_block, number: int, settings):
+    """Sample in chunks until rank 0 calls a stop; (maxima, per-rank samples,
+    stop reason) at rank 0, None elsewhere."""
+    from perfmodel.timing import ci_is_tight
+
+    maxima: list[float] = []
+    per_rank: list[list[float]] | None = None
+    start = time.perf_counter()
+    chunk, taken = settings.min_samples, 0
+    while True:
+        local = [time_block(number) / number for _ in range(chunk)]
+        taken += chunk
+        gathered = world.comm.gather(local, root=0)
+        reason = None
+        if world.rank == 0:
+            per_rank = [p + g for p, g in zip(per_rank, gathered)] if per_rank else gathered
+            maxima.extend(max(v) for v in zip(*gathered))
+            if ci_is_tight(sorted(maxima), settings.target_rel_ci):
+                reason = "ci"
+            elif taken >= MAX_SAMPLES:
+                reason = "max_samples"
+            elif time.perf_counter() - start > settings.budget_s:
+                reason = "budget"
+        reason = world.comm.bcast(reason, root=0)
+        if reason is not None:
+            return (maxima, per_rank, reason) if world.rank == 0 else None
+        chunk = max(1, min(MAX_SAMPLES - taken, math.ceil(taken / 8)))  # same on every rank
+
+
+def _measurement(samples: list[float], number: int, reason: str, threads: int):
+    from perfmodel.timing import Measurement
+
+    return Measurement.from_samples(samples, number=number, warmup_n=WARMUP_CALLS,
+                                    stop_reason=reason, timer="perf_counter", cache="hot",
+                                    threads=threads)
+
+
+def collective_record(case, result: CollectiveResult, replicate: int, env: dict) -> dict:
+    """The store record of one replicate: a ``measurement`` record plus
+    ``latency_p95_s`` (s), ``algbw_Bps`` and ``busbw_Bps`` (B/s, from the median)
+    and ``rank_median_s`` (each rank's own median, s)."""
+    import numpy as np
+
+    from perfmodel.bench import measurement_record
+    from perfmodel.ops import get_op
+
+    op, m = get_op(case.op), result.measurement
+    record = measurement_record(case, m, replicate, env)
+    algbw = op.algo_bytes(case.params) / m.median_s
+    record.update(latency_p95_s=float(np.percentile(m.samples_s, 95)), algbw_Bps=algbw,
+                  busbw_Bps=algbw * op.bus_factor(case.params["world_size"]),
+                  rank_median_s=list(result.rank_median_s))
+    return record

@@ -1,0 +1,384 @@
+"""Multi-rank end to end: trace, predict and measure a workload on W ranks.
+
+:func:`run_multirank` starts ``mpiexec -n W python -m perfmodel.multirank ...``
+and waits for it (with a timeout). Every rank (:func:`rank_main`) joins the
+torch.distributed process group (:func:`perfmodel.distributed.init_distributed`,
+gloo on a CPU), pins torch to its share of the cores, builds its part of the
+workload, captures its own trace (``<workload>@<W>.rank<r>.*`` in the device's
+traces folder) and then times the iteration. Rank 0 builds every rank's task
+graph, prices it with the stored per-op fit (collectives by their fitted
+communication predictor, :mod:`perfmodel.comm_model`) and the device's shared
+overhead table, simulates the ranks together
+(:func:`perfmodel.simulate.simulate_ranks`) and writes one JSON result, which
+the parent turns into an :class:`~perfmodel.e2e.E2EResult` named
+``<workload>@<W>``.
+
+Thread counts. The ranks share the cores this process may run on: each runs
+:func:`rank_threads` torch threads (``max(1, cores // W)``: 1 at 2 and 4 ranks
+on 2 cores). Ops are priced with the fit measured at exactly that thread count
+(``load_latest_fit(store, threads=...)``; a 2-thread fit runs a GEMM about
+twice as fast as a 1-thread rank does). Such a fit comes from a pytest session
+run with ``--perfmodel-threads <t>``: its microbench items measure at ``t``
+threads and its fit uses only those records (plus the collectives, measured by
+ranks sharing the host and kept in every fit). :func:`run_multirank` checks
+for it before starting any rank and raises :class:`MultirankError` naming the
+command to run when there is none (:func:`require_fit`). When the ranks'
+threads outnumber the cores (4 one-thread ranks on 2 cores) each rank gets
+only a share of a core, so every rank's host work is also multiplied by
+:func:`oversubscription` (2 there; 1 at 2 ranks).
+
+Measured time: after warm-up, each of ``repeat`` blocks of ``number``
+iterations starts at a ``torch.distributed`` barrier (gloo's, which blocks
+instead of spinning like an MPI barrier would on an oversubscribed CPU); every
+rank times its blocks; a block's time is the *maximum* over ranks (the
+iteration is done when the slowest rank is), and the result is the median and
+sd over blocks of those maxima, per iteration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from perfmodel.e2e import (MEASURE, TRACE_ITERATIONS, TRACE_WARMUP, E2EResult, IterationTiming,
+                           shared_table, traces_dir)
+from perfmodel.graph import Graph, build_graph
+from perfmodel.overheads import OverheadTable, samples_from_graph, table_from_samples
+from perfmodel.plaindata import write_json_atomic
+from perfmodel.predict import sim_tasks
+from perfmodel.simulate import MultiRankResult, simulate_ranks
+from perfmodel.trace import TraceFiles, capture_trace, load_trace
+
+#: Default wall-clock limit of one multi-rank run (s).
+DEFAULT_TIMEOUT_S = 600.0
+#: Workload size per profile, as for single-rank E2E on a CPU.
+SIZES = {"smoke": "tiny", "quick": "registered", "full": "registered"}
+
+
+class MultirankError(RuntimeError):
+    """The ranks failed or timed out (the message ends with the tail of their
+    output), or there is no fit for the ranks' thread count."""
+
+
+def rank_threads(world_size: int, cores: int | None = None) -> int:
+    """Torch threads of each of ``world_size`` ranks on one host sharing
+    ``cores`` cores (default: those this process may run on)."""
+    from perfmodel.distributed import threads_per_rank
+
+    return threads_per_rank(cores or len(os.sched_getaffinity(0)), world_size)
+
+
+def missing_fit_message(store_dir: Path, threads: int, profile: str = "quick",
+                        why: str = "no fit") -> str:
+    """The one line telling the user how to produce a ``threads``-thread fit."""
+    return (f"{why} for {threads} thread(s) under {store_dir}: run `pytest suites/ -m "
+            f"microbench --perfmodel-profile {profile} --perfmodel-threads {threads}` first")
+
+
+def require_fit(store, threads: int, profile: str = "quick"):
+    """The newest fit of ``store`` (a :class:`~perfmodel.store.ResultStore`)
+    measured at ``threads`` torch threads; :class:`MultirankError` when there is
+    none or it has no per-op (non-collective) predictor."""
+    from perfmodel.fitting import load_latest_fit
+    from perfmodel.ops import get_op
+
+    fit, _ = load_latest_fit(store, threads=threads)
+    if fit is None:
+        raise MultirankError(missing_fit_message(store.dir, threads, profile))
+    if all(get_op(op).family == "collective" for op, _ in fit.predictors):
+        raise MultirankError(missing_fit_message(store.dir, threads, profile,
+                                                 "only collective predictors in the fit"))
+    return fit
+
+
+@dataclass
+class RanksPrediction:
+    """A simulated multi-rank iteration: the simulation, and the per-rank
+    breakdowns summed over ranks and divided by W (s per rank)."""
+
+    total_s: float
+    breakdown_s: dict[str, float]
+    regions_s: dict[str, float]
+    sim: MultiRankResult
+    no_predictor: dict[str, int]
+
+
+def comm_pricer(fit) -> Callable[[str, dict[str, int]], float]:
+    """``(op, params) -> s`` of a collective from ``fit``'s communication
+    predictors; LookupError naming the suite to run when one is missing."""
+    def price(op: str, params: dict[str, int]) -> float:
+        try:
+            predictor = fit.predictor(op, "forward")
+        except LookupError:
+            raise LookupError(
+                f"no fitted predictor for collective {op!r}; measure it first: mpiexec -n "
+                f"{params['world_size']} pytest suites/test_collective.py -m "
+                f"'microbench and collective'") from None
+        return max(0.0, float(predictor.predict("float32", [params])[0]))
+
+    return price
+
+
+def predict_ranks(graphs: list[Graph], fit, table: OverheadTable,
+                  bias: dict[str, float] | None = None, keep_timeline: bool = True,
+                  cpu_share: float = 1.0) -> RanksPrediction:
+    """Predict one iteration of the ranks whose task graphs are ``graphs``
+    (rank order); the predicted time is the slowest rank's. Host time is
+    multiplied by ``cpu_share`` (>= 1, see :func:`oversubscription`); the
+    collectives' times are not: they were measured on ranks sharing the CPU."""
+    comm = comm_pricer(fit)
+    per_rank, missing = [], {}
+    for graph in graphs:
+        tasks, rank_missing = sim_tasks(graph, fit, table, False, bias, comm)
+        for task in tasks:
+            task.host_s *= cpu_share
+        per_rank.append(tasks)
+        for key, n in rank_missing.items():
+            missing[key] = missing.get(key, 0) + n
+    sim = simulate_ranks(per_rank, keep_timeline)
+    return RanksPrediction(sim.total_s, _mean_over_ranks(r.breakdown_s for r in sim.ranks),
+                           _mean_over_ranks(r.regions_s for r in sim.ranks), sim, missing)
+
+
+def oversubscription(world_size: int, threads_per_rank: int, cores: int) -> float:
+    """How much slower host work runs when every rank computes at once (>= 1):
+    ``world_size x threads_per_rank`` busy threads on ``cores`` cores. The fit
+    already runs at ``threads_per_rank`` threads; this is only the time-sharing
+    of cores between ranks (4 one-thread ranks on 2 cores: 2)."""
+    return max(1.0, world_size * threads_per_rank / cores)
+
+
+def _mean_over_ranks(tables) -> dict[str, float]:
+    tables = list(tables)
+    out: dict[str, float] = {}
+    for table in tables:
+        for key, value in table.items():
+            out[key] = out.get(key, 0.0) + value / len(tables)
+    return dict(sorted(out.items()))
+
+
+def measure_ranks(step: Callable[[], object], barrier: Callable[[], object],
+                  gather: Callable[[list[float]], list[list[float]] | None], items: int,
+                  warmup: int, repeat: int, number: int,
+                  clock: Callable[[], float] = time.perf_counter
+                  ) -> tuple[IterationTiming, list[float]] | None:
+    """Time ``step`` on every rank (all ranks call this together): ``repeat``
+    blocks of ``number`` iterations, each after ``barrier()``. ``gather`` brings
+    every rank's per-iteration block times to rank 0 (None elsewhere). Returns,
+    on rank 0, the timing over blocks of the slowest rank's time per block
+    and each rank's median (s); None on the other ranks."""
+    if repeat < 2 or number < 1:
+        raise ValueError(f"need repeat >= 2 and number >= 1, got {repeat} and {number}")
+    for _ in range(warmup):
+        step()
+    samples = []
+    for _ in range(repeat):
+        barrier()
+        start = clock()
+        for _ in range(number):
+            step()
+        samples.append((clock() - start) / number)
+    gathered = gather(samples)
+    if gathered is None:
+        return None
+    slowest = [max(block) for block in zip(*gathered)]
+    median = statistics.median(slowest)
+    return (IterationTiming(median, statistics.stdev(slowest), repeat, number, items / median),
+            [statistics.median(s) for s in gathered])
+
+
+# -- the parent ---------------------------------------------------------------------------
+
+def mpiexec_path() -> str:
+    """The ``mpiexec`` next to this Python (a venv's, from the ``mpich`` package),
+    else the first on ``PATH``; FileNotFoundError when there is none."""
+    local = Path(sys.executable).parent / "mpiexec"
+    found = str(local) if local.is_file() else shutil.which("mpiexec")
+    if found is None:
+        raise FileNotFoundError("no mpiexec found: pip install mpich (or an MPI of your choice)")
+    return found
+
+
+def run_multirank(workload: str, world_size: int, results_root: Path, device_key: str,
+                  bandwidth_B_per_s: float, profile: str = "quick", cores: int | None = None,
+                  timeout_s: float = DEFAULT_TIMEOUT_S, bias: dict[str, float] | None = None
+                  ) -> E2EResult:
+    """Run ``workload`` on ``world_size`` ranks under ``mpiexec`` and return its
+    result as ``<workload>@<world_size>``. The fit and overhead table are read
+    from ``results_root/<device_key>/``; ``cores`` (default: this process's)
+    are shared out among the ranks, and the fit must be one measured at the
+    ranks' thread count (:func:`rank_threads`). Raises :class:`MultirankError`
+    when there is no such fit (before starting any rank), or when the ranks
+    fail or run past ``timeout_s``."""
+    from perfmodel.store import ResultStore
+    from perfmodel.workloads import get_multirank_workload
+
+    cfg = get_multirank_workload(workload)
+    cores = cores or len(os.sched_getaffinity(0))
+    require_fit(ResultStore(Path(results_root), device_key), rank_threads(world_size, cores),
+                profile)
+    with tempfile.TemporaryDirectory(prefix="perfmodel-multirank-") as tmp:
+        out = Path(tmp) / "result.json"
+        cmd = [mpiexec_path(), "-n", str(world_size), sys.executable, "-m", "perfmodel.multirank",
+               "--workload", cfg.name, "--results", str(results_root), "--device-key",
+               device_key, "--bandwidth", repr(bandwidth_B_per_s), "--profile", profile,
+               "--cores", str(cores), "--bias", json.dumps(bias or {}), "--out", str(out)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=_child_environment(), start_new_session=True)
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            stdout, stderr = _end_session(proc)
+            raise MultirankError(f"{cfg.name}@{world_size}: ranks still running after "
+                                 f"{timeout_s:g} s; stopped\n{_tail(stdout, stderr)}") from None
+        if proc.returncode != 0 or not out.is_file():
+            raise MultirankError(f"{cfg.name}@{world_size}: mpiexec exited with "
+                                 f"{proc.returncode}\n{_tail(stdout, stderr)}")
+        return result_from_record(json.loads(out.read_text(encoding="utf-8")))
+
+
+def _child_environment() -> dict[str, str]:
+    """This environment without an enclosing MPI job's variables, so that a
+    parent that is itself an MPI rank still starts a separate job."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("PMI_", "PMIX_", "OMPI_", "MPI_LOCAL", "HYDRA_"))}
+
+
+def _end_session(proc: subprocess.Popen) -> tuple[str, str]:
+    """Stop ``proc``'s session (mpiexec and its ranks): SIGTERM, then SIGKILL
+    after 5 s; returns what they wrote."""
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            return proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.communicate()
+
+
+def _tail(*streams) -> str:
+    """The last 4000 characters of the ranks' output, without profiler chatter."""
+    text = "\n".join(s.decode() if isinstance(s, bytes) else s or "" for s in streams)
+    return "\n".join(line for line in text.splitlines() if "USDT:" not in line)[-4000:]
+
+
+def result_from_record(data: dict) -> E2EResult:
+    """The :class:`E2EResult` of rank 0's JSON result."""
+    m = data["measured"]
+    return E2EResult(
+        data["workload"], IterationTiming(m["median_s"], m["sd_s"], m["repeat"], m["number"],
+                                          m["items_per_s"]),
+        data["predicted_s"], data["breakdown_s"], data["predicted_own_s"], data["regions_s"],
+        [tuple(row) for row in data["unmodelled"]], data["no_predictor"], data["n_tasks"],
+        data["traced_s"], tuple(data["overhead_workloads"]), data["bias"])
+
+
+# -- the ranks ------------------------------------------------------------------------------
+
+def rank_main(argv: list[str] | None = None) -> int:
+    """One rank of :func:`run_multirank` (``python -m perfmodel.multirank``)."""
+    import torch
+    import torch.distributed as dist
+
+    from perfmodel.distributed import init_distributed, shutdown_distributed, threads_per_rank
+    from perfmodel.store import ResultStore
+    from perfmodel.workloads import get_multirank_workload
+
+    args = _parser().parse_args(argv)
+    world = init_distributed("cpu")
+    torch.set_num_threads(threads_per_rank(args.cores, world.local_size))
+    cfg = get_multirank_workload(args.workload)
+    if SIZES[args.profile] == "tiny":
+        cfg = cfg.tiny()
+    label = f"{args.workload}@{world.size}"
+    step = cfg.build("cpu", seed=0)
+    store = ResultStore(Path(args.results), args.device_key)
+    files = [_files(traces_dir(store.dir), f"{label}.rank{r}") for r in range(world.size)]
+    capture_trace(step.step, traces_dir(store.dir), f"{label}.rank{world.rank}",
+                  TRACE_ITERATIONS, TRACE_WARMUP)
+    warmup, repeat, number = MEASURE[args.profile]
+    timing = measure_ranks(step.step, dist.barrier, lambda s: world.comm.gather(s, root=0),
+                           step.items, warmup, repeat, number)
+    if world.rank == 0:
+        fit = require_fit(store, torch.get_num_threads(), args.profile)
+        table, _ = shared_table(store.dir, args.bandwidth)
+        graphs = [build_graph(load_trace(f.et, f.kineto, f.calibration)) for f in files]
+        record = result_record(label, graphs, fit, table, args.bandwidth, timing,
+                               json.loads(args.bias), torch.get_num_threads(), args.cores)
+        write_json_atomic(Path(args.out), record)
+    world.barrier()
+    shutdown_distributed()
+    return 0
+
+
+def result_record(label: str, graphs: list[Graph], fit, table: OverheadTable,
+                  bandwidth_B_per_s: float, timing: tuple[IterationTiming, list[float]],
+                  bias: dict[str, float], threads: int, cores: int) -> dict:
+    """Rank 0's JSON result: measured and predicted iteration (s), breakdown
+    (mean per rank, s), per-rank predictions and medians, what was unmodelled."""
+    measured, rank_medians = timing
+    share = oversubscription(len(graphs), threads, cores)
+    shared = predict_ranks(graphs, fit, table, bias, cpu_share=share)
+    own_table = table_from_samples([samples_from_graph(f"{label}.rank{r}", g, bandwidth_B_per_s)
+                                    for r, g in enumerate(graphs)], bandwidth_B_per_s)
+    own = predict_ranks(graphs, fit, own_table, bias, keep_timeline=False, cpu_share=share)
+    unmodelled: dict[str, list] = {}
+    for graph in graphs:
+        for name, count, share in graph.unmodelled():
+            row = unmodelled.setdefault(name, [name, 0, 0.0])
+            row[1] += count
+            row[2] += (share or 0.0) / len(graphs)
+    traced = [g.measured_s for g in graphs if g.measured_s is not None]
+    return {
+        "workload": label, "world_size": len(graphs), "threads_per_rank": threads,
+        "cpu_share": share,
+        "measured": {"median_s": measured.median_s, "sd_s": measured.sd_s,
+                     "repeat": measured.repeat, "number": measured.number,
+                     "items_per_s": measured.items_per_s},
+        "measured_rank_median_s": rank_medians,
+        "predicted_s": shared.total_s, "predicted_own_s": own.total_s,
+        "predicted_rank_s": [r.total_s for r in shared.sim.ranks],
+        "collective_start_s": shared.sim.collective_start_s,
+        "breakdown_s": shared.breakdown_s, "regions_s": shared.regions_s,
+        "unmodelled": sorted(unmodelled.values(), key=lambda r: (-r[2], -r[1], r[0])),
+        "no_predictor": shared.no_predictor, "n_tasks": sum(len(g.tasks) for g in graphs),
+        "traced_s": max(traced) if traced else None,
+        "overhead_workloads": list(table.workloads), "bias": bias}
+
+
+def _files(directory: Path, name: str) -> TraceFiles:
+    return TraceFiles(directory / f"{name}.et.json", directory / f"{name}.kineto.json",
+                      directory / f"{name}.calibration.json")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m perfmodel.multirank",
+                                     description="one rank of a multi-rank E2E run")
+    parser.add_argument("--workload", required=True)
+    parser.add_argument("--results", required=True, help="results root")
+    parser.add_argument("--device-key", required=True)
+    parser.add_argument("--bandwidth", type=float, required=True, help="memory bandwidth, B/s")
+    parser.add_argument("--profile", default="quick", choices=sorted(SIZES))
+    parser.add_argument("--cores", type=int, required=True, help="cores shared by the ranks")
+    parser.add_argument("--bias", default="{}", help="planted prediction error, JSON")
+    parser.add_argument("--out", required=True, help="rank 0's JSON result")
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(rank_main())

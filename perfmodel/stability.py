@@ -1,0 +1,218 @@
+"""Gate stability: how often the E2E gate raises a false alarm on unchanged code, and
+how often it catches a planted prediction error.
+
+One *round* traces and measures every E2E workload once (what a normal
+``pytest suites/test_e2e.py`` run does), then predicts each workload once per
+*variant*: no bias, and each planted bias (see :func:`perfmodel.predict.parse_bias`),
+all against the SAME measurement, so the variants differ only by the bias. Each
+variant's signed errors are judged by the gate (:func:`perfmodel.gate.check_errors`)
+against the stored baseline. Over ``n`` rounds the tally counts, per variant, the
+rounds in which the gate failed: false alarms for ``none``, detections for a bias.
+
+The smallest shift the gate can see follows from the baseline alone: a workload
+whose error sits at its baseline mean ``m`` fails once the error moves by more than
+``allowed - m`` upwards or ``allowed + m`` downwards (``allowed`` =
+:meth:`perfmodel.gate.GatePolicy.allowed`). All errors and shifts are fractions of
+the measured iteration time (0.05 = 5%).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from perfmodel.gate import Baseline, GatePolicy, check_errors
+from perfmodel.predict import parse_bias
+
+#: The planted-bias variants of the experiment: none, the ``linear`` op's predictor
+#: and the host-overhead model each 10% and 5% too slow.
+DEFAULT_VARIANTS = ("none", "linear=1.1", "linear=1.05", "overhead=1.1", "overhead=1.05")
+STABILITY_SCHEMA = 1
+
+
+def variant_bias(variant: str) -> dict[str, float]:
+    """``"linear=1.1"`` -> ``{"linear": 1.1}``; ``"none"`` -> ``{}``."""
+    return {} if variant == "none" else parse_bias(variant)
+
+
+def smallest_detectable_shift(baseline: Baseline, policy: GatePolicy) -> dict[str, dict]:
+    """Per workload: the baseline mean, the allowed |error|, and the smallest shift of
+    the error away from the mean that fails the gate, upwards (``up``), downwards
+    (``down``) and either way (``smallest``, = ``allowed - |mean|``)."""
+    out = {}
+    for name, entry in sorted(baseline.entries.items()):
+        allowed = policy.allowed(entry)
+        up, down = allowed - entry.mean, allowed + entry.mean
+        out[name] = {"mean": entry.mean, "spread": entry.spread, "allowed": allowed,
+                     "up": up, "down": down, "smallest": min(up, down)}
+    return out
+
+
+def variant_errors(measured_s: float, predicted_s: Mapping[str, float]) -> dict[str, float]:
+    """Signed error (predicted - measured) / measured of each variant's prediction."""
+    if not measured_s > 0 or not math.isfinite(measured_s):
+        raise ValueError(f"measured time {measured_s!r} s is not a positive number")
+    return {v: (p - measured_s) / measured_s for v, p in predicted_s.items()}
+
+
+def predict_variants(graph, fit, table, on_device: bool,
+                     variants: Sequence[str]) -> dict[str, float]:
+    """Predicted iteration time (s) of ``graph`` under each variant's bias."""
+    from perfmodel.predict import predict_graph
+
+    return {v: predict_graph(graph, fit, table, on_device, keep_timeline=False,
+                             bias=variant_bias(v)).total_s for v in variants}
+
+
+@dataclass
+class RoundResult:
+    """One round: measured time per workload (s), and each variant's signed errors
+    and the workloads the gate failed."""
+
+    measured_s: dict[str, float]
+    errors: dict[str, dict[str, float]]  # variant -> workload -> signed error
+    failed: dict[str, list[str]]  # variant -> workloads that failed the gate
+
+    def to_dict(self) -> dict:
+        return {"measured_s": self.measured_s, "errors": self.errors, "failed": self.failed}
+
+
+@dataclass
+class StabilityTally:
+    """Gate verdicts over repeated rounds, per planted-bias variant."""
+
+    baseline: Baseline
+    policy: GatePolicy
+    variants: tuple[str, ...] = DEFAULT_VARIANTS
+    rounds: list[RoundResult] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # workload -> why not run
+
+    def __post_init__(self) -> None:
+        for v in self.variants:
+            variant_bias(v)  # ValueError on a bad variant, before any round runs
+        if "none" not in self.variants:
+            raise ValueError("the variants must include 'none' (false alarms)")
+
+    def add_round(self, measured_s: Mapping[str, float],
+                  predicted_s: Mapping[str, Mapping[str, float]]) -> RoundResult:
+        """Score one round: ``predicted_s[workload][variant]`` against
+        ``measured_s[workload]``, each variant judged by the gate on its own."""
+        errors: dict[str, dict[str, float]] = {v: {} for v in self.variants}
+        for workload, measured in measured_s.items():
+            for v, e in variant_errors(measured, predicted_s[workload]).items():
+                errors[v][workload] = e
+        failed = {}
+        for v in self.variants:
+            report = check_errors(errors[v], self.baseline, self.policy,
+                                  expected=measured_s.keys())
+            failed[v] = [verdict.workload for verdict in report.verdicts if verdict.failed]
+        result = RoundResult(dict(measured_s), errors, failed)
+        self.rounds.append(result)
+        return result
+
+    # -- the tally ------------------------------------------------------------------
+    def failed_rounds(self, variant: str) -> int:
+        """Rounds in which the gate failed ``variant`` (any workload)."""
+        return sum(1 for r in self.rounds if r.failed[variant])
+
+    def workload_failures(self, variant: str) -> dict[str, int]:
+        """Rounds in which each workload failed under ``variant``."""
+        counts = {w: 0 for r in self.rounds for w in r.errors[variant]}
+        for r in self.rounds:
+            for w in r.failed[variant]:
+                counts[w] += 1
+        return dict(sorted(counts.items()))
+
+    def mean_shift(self, variant: str) -> dict[str, float]:
+        """Mean over rounds of (error under ``variant`` - error without bias), per
+        workload: how far the planted bias moved each workload's error."""
+        shifts: dict[str, list[float]] = {}
+        for r in self.rounds:
+            for w, e in r.errors[variant].items():
+                shifts.setdefault(w, []).append(e - r.errors["none"][w])
+        return {w: sum(s) / len(s) for w, s in sorted(shifts.items())}
+
+    def to_dict(self) -> dict:
+        """JSON-safe summary plus every round's errors."""
+        thresholds = smallest_detectable_shift(self.baseline, self.policy)
+        n = len(self.rounds)
+        return {
+            "schema": STABILITY_SCHEMA, "rounds": n,
+            "policy": {"k": self.policy.k, "min_margin": self.policy.min_margin},
+            "baseline_device_key": self.baseline.device_key,
+            "variants": {v: {"bias": variant_bias(v), "failed_rounds": self.failed_rounds(v),
+                             "rate": self.failed_rounds(v) / n if n else None,
+                             "workload_failures": self.workload_failures(v),
+                             "mean_shift": self.mean_shift(v)} for v in self.variants},
+            "smallest_detectable_shift": thresholds,
+            "skipped": dict(self.skipped),
+            "round_results": [r.to_dict() for r in self.rounds],
+        }
+
+    def lines(self) -> list[str]:
+        """The summary table (fits 100 columns): per workload, the allowed |error|,
+        the smallest detectable shift, false alarms, and per planted bias the mean
+        shift it caused and how many rounds caught it."""
+        n = len(self.rounds)
+        thresholds = smallest_detectable_shift(self.baseline, self.policy)
+        biased = [v for v in self.variants if v != "none"]
+        workloads = sorted({w for r in self.rounds for w in r.errors["none"]})
+        out = [f"gate stability: {n} round(s); rounds the gate failed = false alarms (none), "
+               f"detections (bias)"]
+        out.append(f"{'variant':<15}{'failed rounds':>14}  workloads failing (rounds)")
+        for v in self.variants:
+            counts = {w: c for w, c in self.workload_failures(v).items() if c}
+            detail = ", ".join(f"{w} {c}" for w, c in counts.items()) or "-"
+            out.append((f"{v:<15}{self.failed_rounds(v):>9}/{n:<4}  {detail}")[:100])
+        out.append("")
+        out.append((f"{'workload':<19}{'allowed':>8}{'min shift':>10}{'alarms':>7}"
+                    + "".join(f"{v:>14}" for v in biased))[:100])
+        shifts = {v: self.mean_shift(v) for v in biased}
+        fails = {v: self.workload_failures(v) for v in self.variants}
+        for w in workloads:
+            t = thresholds.get(w)
+            allowed = "n/a" if t is None else f"{t['allowed']:.1%}"
+            smallest = "n/a" if t is None else f"{t['smallest']:.1%}"
+            cells = "".join(f"{shifts[v].get(w, 0.0):>+8.1%} {fails[v].get(w, 0):>2}/{n:<2}"
+                            for v in biased)
+            out.append((f"{w:<19}{allowed:>8}{smallest:>10}{fails['none'].get(w, 0):>4}/{n:<2}"
+                        + cells)[:100].rstrip())
+        out.append("columns per bias: mean shift of the error it planted, rounds it was caught")
+        for w, why in sorted(self.skipped.items()):
+            out.append(f"WARN {w}: not run, so not scored ({why})"[:100])
+        return out
+
+
+def run_rounds(tally: StabilityTally, rounds: int,
+               run_round: Callable[[], tuple[Mapping[str, float],
+                                             Mapping[str, Mapping[str, float]]]],
+               on_round: Callable[[int, RoundResult], None] | None = None) -> StabilityTally:
+    """Call ``run_round()`` (-> measured_s per workload, predicted_s per workload and
+    variant) ``rounds`` times and add each to ``tally``."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    for index in range(rounds):
+        result = tally.add_round(*run_round())
+        if on_round is not None:
+            on_round(index, result)
+    return tally
+
+
+def workloads_to_run(baseline: Baseline, registered: Iterable[str]) -> list[str]:
+    """The registered workloads the baseline gates, sorted."""
+    return sorted(set(baseline.entries) & set(registered))
+
+
+def measure_variants(step: Callable[[], object], items: int, graph, fit, table, device: str,
+                     variants: Sequence[str], profile: str) -> tuple[float, dict[str, float]]:
+    """Predict ``graph`` under each variant, then measure ``step`` once as a normal
+    E2E item of ``profile`` does (:data:`perfmodel.e2e.MEASURE`). Returns the measured
+    median (s) and the predicted time (s) per variant."""
+    from perfmodel.e2e import MEASURE, _sync_for, measure_iteration
+
+    predicted = predict_variants(graph, fit, table, device.startswith("cuda"), variants)
+    warmup, repeat, number = MEASURE[profile]
+    measured = measure_iteration(step, items=items, warmup=warmup, repeat=repeat,
+                                 number=number, sync=_sync_for(device))
+    return measured.median_s, predicted

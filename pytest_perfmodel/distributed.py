@@ -1,0 +1,228 @@
+"""pytest side of multi-rank runs (the logic lives in :mod:`perfmodel.distributed`).
+
+- ``--perfmodel-ranks N`` re-runs the same pytest command under ``mpiexec -n N``
+  and exits with its status.
+- Under ``mpiexec`` (or any MPI launcher): rank 0 reports; the other ranks write
+  their terminal output to a per-rank log file. Collective items run on every
+  rank, other microbenchmark items are sharded (item i runs on rank i mod N),
+  and accuracy/e2e items run on rank 0 once every rank has finished measuring.
+  Each rank pins torch to its share of the host's cores and writes its own run file.
+- Under pytest-xdist, each worker pins torch to its share of the cores and, on
+  CUDA, to device ``cuda:<worker index mod device count>``.
+
+Nothing here imports mpi4py or torch unless this process runs under a launcher
+that needs them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from perfmodel.distributed import (DEFAULT_TIMEOUT_S, launcher_world, local_ranks, mpi_world,
+                                   threads_per_rank)
+
+_SYNCED = pytest.StashKey[bool]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("perfmodel")
+    group.addoption("--perfmodel-ranks", type=int, default=None, metavar="N",
+                    help="run this pytest command under `mpiexec -n N` (collectives on N ranks, "
+                         "other microbenchmarks sharded over them)")
+    group.addoption("--perfmodel-collective-timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                    metavar="SECONDS", help="abort every rank when one collective takes longer "
+                                            f"(default {DEFAULT_TIMEOUT_S:g})")
+
+
+def launch_command(ranks: int, args, python: str = sys.executable) -> list[str]:
+    """``mpiexec -n ranks python -m pytest args`` with ``--perfmodel-ranks`` removed."""
+    mpiexec = Path(python).with_name("mpiexec")
+    found = str(mpiexec) if mpiexec.is_file() else shutil.which("mpiexec")
+    if found is None:
+        raise pytest.UsageError("--perfmodel-ranks: mpiexec not found (pip install mpich, "
+                                "or put an MPI's mpiexec on PATH)")
+    kept, skip = [], False
+    for arg in map(str, args):
+        if skip:
+            skip = False
+        elif arg == "--perfmodel-ranks":
+            skip = True
+        elif not arg.startswith("--perfmodel-ranks="):
+            kept.append(arg)
+    # Hydra (MPICH) kills every rank the moment one exits; without that the
+    # survivors get to report which rank died in which collective, then abort.
+    hydra = ["-disable-auto-cleanup"] if _is_hydra(found) else []
+    return [found, *hydra, "-n", str(ranks), python, "-m", "pytest", *kept]
+
+
+def _is_hydra(mpiexec: str) -> bool:
+    try:
+        done = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "HYDRA" in done.stdout
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config):
+    ranks = config.option.perfmodel_ranks
+    if ranks is None or launcher_world() is not None:
+        return None  # a rank itself: run the tests
+    if ranks < 1:
+        raise pytest.UsageError(f"--perfmodel-ranks must be >= 1, got {ranks}")
+    command = launch_command(ranks, config.invocation_params.args)
+    sys.stdout.flush()
+    return subprocess.call(command, cwd=config.invocation_params.dir)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    from pytest_perfmodel.plugin import SESSION_KEY
+    from pytest_perfmodel.session import default_threads
+
+    pm = config.stash.get(SESSION_KEY, None)
+    if pm is None:
+        return
+    world = mpi_world()
+    world.timeout_s = config.option.perfmodel_collective_timeout
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if capture is not None:  # an abort's message must reach the real stderr
+        world.before_abort = capture.suspend_global_capture
+    if world.timeout_s <= 0:
+        raise pytest.UsageError("--perfmodel-collective-timeout must be > 0")
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if launcher_world() is not None:
+        index, share = local_ranks()
+    elif worker:
+        index, share = int(re.sub(r"\D", "", worker) or 0), workers
+    else:
+        return
+    if config.option.perfmodel_threads is None:
+        pm.options.threads = threads_per_rank(default_threads(), share)
+    pm.options.device = _pinned_device(pm.options.device, index)
+    if world.size > 1:
+        pm.run_id = f"{pm.run_id}-rank{world.rank}"
+        if world.rank == 0:
+            pm.notes.append(f"{world.size} ranks; the others log to {_log_dir()}/"
+                            f"<run id>-rank<N>.log")
+        else:
+            _quiet(config, _log_dir() / f"{pm.run_id}.log")
+
+
+def _pinned_device(device: str | None, index: int) -> str | None:
+    """``cuda:<index mod device count>`` when this process would use CUDA without
+    an explicit index; ``device`` otherwise."""
+    if device not in (None, "cuda"):
+        return device
+    import torch
+
+    if not torch.cuda.is_available():
+        return device
+    return f"cuda:{index % torch.cuda.device_count()}"
+
+
+def _log_dir() -> Path:
+    return Path(tempfile.gettempdir()) / "perfmodel-rank-logs"
+
+
+def _quiet(config: pytest.Config, log: Path) -> None:
+    """Send this rank's terminal output to ``log`` instead of the console."""
+    from _pytest.terminal import TerminalReporter
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    stream = open(log, "w", encoding="utf-8")  # closed when the process ends
+    old = config.pluginmanager.get_plugin("terminalreporter")
+    if old is not None:
+        config.pluginmanager.unregister(old, "terminalreporter")
+    config.pluginmanager.register(TerminalReporter(config, stream), "terminalreporter")
+
+
+def _is_collective(item: pytest.Item) -> bool:
+    case = getattr(getattr(item, "callspec", None), "params", {}).get("op_case")
+    if item.get_closest_marker("collective") is not None and case is None:
+        return True
+    if case is None:
+        return False
+    from perfmodel.ops import get_op
+
+    return get_op(case.op).family == "collective"
+
+
+def shard_items(items: list, rank: int, size: int, is_microbench, is_collective):
+    """(kept, deselected): collective items on every rank; the i-th other
+    microbenchmark item on rank i mod size; everything else on rank 0."""
+    kept, dropped, index = [], [], 0
+    for item in items:
+        if is_collective(item):
+            keep = True
+        elif is_microbench(item):
+            keep, index = index % size == rank, index + 1
+        else:
+            keep = rank == 0
+        (kept if keep else dropped).append(item)
+    return kept, dropped
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    world = launcher_world()
+    if world is None or world[1] == 1:
+        return
+    kept, dropped = shard_items(items, world[0], world[1],
+                                lambda i: i.get_closest_marker("microbench") is not None,
+                                _is_collective)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+def _sync_once(config: pytest.Config) -> None:
+    """Meet every rank once, after its measurements (so rank 0 fits on all of them)."""
+    if launcher_world() is not None and not config.stash.get(_SYNCED, False):
+        config.stash[_SYNCED] = True
+        mpi_world().barrier("every rank finished measuring")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("microbench") is None:
+        _sync_once(item.config)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
+    _sync_once(session.config)
+    world = launcher_world()
+    if world is not None and world[0] != 0 and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+        session.exitstatus = pytest.ExitCode.OK  # this rank's share was empty
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if "torch.distributed" in sys.modules and mpi_world().device is not None:
+        from perfmodel.distributed import shutdown_distributed
+
+        shutdown_distributed()
+
+
+def benchmark_collective(pm, case) -> None:
+    """Measure collective ``case`` on every rank; rank 0 stores the records.
+    Skips a case written for another world size."""
+    from perfmodel.bench import REPLICATES
+    from perfmodel.distributed import collective_record, init_distributed, measure_collective
+
+    world = mpi_world()
+    wanted = case.params["world_size"]
+    if wanted != world.size:
+        pytest.skip(f"{case.id}: needs {wanted} ranks, this run has {world.size} "
+                    f"(run it with mpiexec -n {wanted} or --perfmodel-ranks {wanted})")
+    world = init_distributed(pm.torch_device, world.timeout_s)
+    for replicate, result in enumerate(measure_collective(case, world, pm.timer_settings,
+                                                          REPLICATES)):
+        pm._append(collective_record(case, result, replicate, pm.env))

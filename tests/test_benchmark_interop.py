@@ -1,0 +1,95 @@
+"""Microbench items reported to pytest-benchmark from perfmodel's own samples."""
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import THREADS
+
+SUITE = """
+import pytest
+from pytest_perfmodel.suite import test_microbench  # noqa: F401
+
+pytestmark = pytest.mark.perfmodel_ops("add")
+"""
+#: One cheap config: a few microseconds per call, timed in blocks.
+ONE_CASE = "add-forward-float32-ROWS278-COLS8"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def heavy_modules_loaded_once():
+    """torch cannot be imported twice in one process (see test_plugin.py)."""
+    import perfmodel.device  # noqa: F401
+    import torch  # noqa: F401
+
+
+@pytest.fixture(autouse=True)
+def outside_xdist(monkeypatch):
+    """pytest-benchmark turns itself off inside an xdist worker (it reads
+    PYTEST_XDIST_WORKER); the inner runs here are not xdist workers."""
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+
+
+def run(pytester, results, *args):
+    pytester.makepyfile(SUITE)
+    return pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", f"--perfmodel-results={results}",
+        f"--perfmodel-threads={THREADS}", "--perfmodel-budget=0.01", "-k", ONE_CASE, *args)
+
+
+def stored_samples(results, key):
+    """Every sample of every stored replicate, by run file, in order."""
+    out = {}
+    for path in sorted((results / key / "runs").glob("*.jsonl")):
+        records = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+        out[path] = [s for r in records for s in r["measurement"]["samples_s"]]
+    return out
+
+
+def test_json_holds_our_samples_and_statistics(pytester, planted_results):
+    results, key = planted_results
+    out = run(pytester, results, "--benchmark-json=out.json")
+    out.assert_outcomes(passed=1)
+    out.stdout.fnmatch_lines(["*benchmark: 1 tests*", f"*test_microbench?{ONE_CASE}?*"])
+    (samples,) = stored_samples(results, key).values()
+    (bench,) = json.loads((pytester.path / "out.json").read_text())["benchmarks"]
+    assert bench["name"] == f"test_microbench[{ONE_CASE}]"
+    stats = bench["stats"]
+    assert stats["data"] == samples and stats["rounds"] == len(samples)
+    assert stats["median"] == pytest.approx(statistics.median(samples), rel=1e-12)
+    assert stats["min"] == min(samples) and stats["max"] == max(samples)
+    extra = bench["extra_info"]["perfmodel"]
+    assert extra["replicates"] == 2 and stats["iterations"] == extra["numbers"][0]
+    assert bench["options"]["timer"] == "perfmodel.timing.Timer(perf_counter)"
+
+
+def test_saved_runs_load_in_pytest_benchmark_compare(pytester, planted_results):
+    results, _ = planted_results
+    storage = pytester.path / "bench-storage"
+    for _ in range(2):
+        out = run(pytester, results, "--benchmark-save=perfmodel",
+                  f"--benchmark-storage={storage}")
+        out.assert_outcomes(passed=1)
+    saved = sorted(storage.rglob("*.json"))
+    assert len(saved) == 2
+    cli = Path(sys.executable).with_name("pytest-benchmark")
+    done = subprocess.run([str(cli), "--storage", str(storage), "compare", *map(str, saved)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count(f"test_microbench[{ONE_CASE}]") == 2
+
+
+@pytest.mark.parametrize("flag", [["-p", "no:benchmark"], ["--benchmark-disable"],
+                                  ["--benchmark-skip"]])
+def test_measures_and_stores_without_pytest_benchmark(pytester, planted_results, flag):
+    results, key = planted_results
+    out = run(pytester, results, *flag)
+    out.assert_outcomes(passed=1)
+    assert "benchmark: 1 tests" not in out.stdout.str()
+    assert "not used at all" not in out.stdout.str() + out.stderr.str()
+    (samples,) = stored_samples(results, key).values()
+    assert samples

@@ -1,0 +1,164 @@
+"""Collective op definitions, the communication predictor, and one rank's measurement."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from perfmodel.comm_model import CommRegressor, comm_features
+from perfmodel.ops import get_op
+from perfmodel.ops.collective import OPS, WORLD_SIZES, uneven_splits
+from perfmodel.predictors import load_predictor, save_predictor
+from perfmodel.trace import TraceNode
+
+NAMES = [op.name for op in OPS]
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_bus_factors_and_algorithm_bytes(n):
+    factor = {name: get_op(name).bus_factor(n) for name in NAMES}
+    assert factor["all_reduce"] == pytest.approx(2 * (n - 1) / n)
+    for name in ("all_gather", "reduce_scatter", "all_to_all", "all_to_all_uneven"):
+        assert factor[name] == pytest.approx((n - 1) / n)
+    assert factor["broadcast"] == 1.0
+    params = {"world_size": n, "bytes": 4096}
+    assert get_op("all_gather").algo_bytes(params) == n * 4096  # the gathered output
+    assert get_op("all_reduce").bus_bytes(params) == pytest.approx(4096 * 2 * (n - 1) / n)
+
+
+@pytest.mark.parametrize("profile", ["smoke", "quick", "full"])
+def test_configs_split_evenly_and_cover_the_profile_world_sizes(profile):
+    for op in OPS:
+        configs = op.configs(profile)
+        assert {c["world_size"] for c in configs} == set(WORLD_SIZES[profile])
+        for c in configs:
+            elements = c["bytes"] // 4
+            assert c["bytes"] % 4 == 0
+            if op.name in ("reduce_scatter", "all_to_all"):
+                assert elements % c["world_size"] == 0
+    sizes = [c["bytes"] for c in get_op("all_reduce").configs("quick")]
+    assert min(sizes) == 8 and max(sizes) == 64 << 20
+
+
+@given(elements=st.integers(1, 10**7), n=st.integers(1, 16))
+def test_uneven_splits_are_deterministic_and_add_up(elements, n):
+    for sender in range(n):
+        splits = uneven_splits(elements, n, sender)
+        assert len(splits) == n and sum(splits) == elements and min(splits) >= 0
+    if elements >= 4 * n * n and n > 1:
+        assert len(set(uneven_splits(elements, n, 0))) > 1  # really uneven
+
+
+def _comms_node(name, coll, world, numel, splits=()):
+    comms = TraceNode(2, "record_param_comms", 1,
+                      {"values": [[7, 7, 0, numel, 4, "cpu"], 0, coll, numel, numel, "float",
+                                  list(splits), list(splits), 0, 1, world],
+                       "types": ["Tensor(float)"] + ["Int"] * 10, "shapes": [[numel]]}, {})
+    parent = TraceNode(1, name, 0, {"values": [[[5, 6, 0, numel, 4, "cpu"]], "<Object>"],
+                                    "types": ["GenericList[Tensor(float)]", "Object"],
+                                    "shapes": [[[numel]], []]}, {})
+    parent.children.append(comms)
+    return parent
+
+
+def test_trace_nodes_map_to_the_collective_and_its_config():
+    node = _comms_node("c10d::allreduce_", "allreduce", 4, 1024)
+    assert get_op("all_reduce").params_from_node(node) == {"world_size": 4, "bytes": 4096}
+    assert get_op("broadcast").params_from_node(node) is None
+    even = _comms_node("c10d::alltoall_base_", "all_to_all", 2, 64)
+    uneven = _comms_node("c10d::alltoall_base_", "all_to_all", 2, 64, splits=(20, 44))
+    assert get_op("all_to_all").params_from_node(even) is not None
+    assert get_op("all_to_all").params_from_node(uneven) is None
+    assert get_op("all_to_all_uneven").params_from_node(uneven) is not None
+    bare = TraceNode(1, "c10d::allreduce_", 0, {"values": [], "types": [], "shapes": []}, {})
+    assert get_op("all_reduce").params_from_node(bare) is None  # no world size recorded
+
+
+# -- the communication predictor ----------------------------------------------------------
+
+def _curve(n, sizes, latency_s, bandwidth_Bps, knee_B):
+    """Synthetic times: latency, then a bandwidth ramping up around the knee."""
+    op = get_op("all_reduce")
+    X = np.array([comm_features(op, {"world_size": n, "bytes": int(s)}) for s in sizes])
+    bw = bandwidth_Bps / (1 + knee_B / X[:, 1])
+    return X, latency_s + X[:, 1] / bw
+
+
+curves = st.tuples(st.floats(1e-6, 1e-3), st.floats(1e8, 1e11), st.floats(1e3, 1e6))
+
+
+@settings(max_examples=25, deadline=None)
+@given(params=curves, curve=st.sampled_from(["sigmoid", "interp"]))
+def test_comm_model_fits_latency_bandwidth_curves_and_round_trips(tmp_path_factory, params,
+                                                                  curve):
+    sizes = 2.0 ** np.arange(3, 27)
+    X2, y2 = _curve(2, sizes, *params)
+    X4, y4 = _curve(4, sizes, params[0] * 2, params[1], params[2])
+    X, y = np.vstack([X2, X4]), np.concatenate([y2, y4])
+    model = CommRegressor(curve=curve).fit(X, y)
+    assert list(model.world_) == [2, 4]
+    held_out = 2.0 ** np.arange(3.5, 26, 1.0)  # between the measured sizes
+    Xh, yh = _curve(2, held_out, *params)
+    rel = np.abs(model.predict(Xh) - yh) / yh
+    assert np.exp(np.mean(np.log(rel + 4e-4))) < 0.10
+    path = tmp_path_factory.mktemp("comm") / "all_reduce-forward"
+    save_predictor(model, path)
+    loaded = load_predictor(path)
+    assert isinstance(loaded, CommRegressor) and loaded.curve == curve
+    np.testing.assert_allclose(loaded.predict(X), model.predict(X), rtol=1e-12)
+
+
+def test_comm_model_predicts_an_unmeasured_world_size_at_the_same_bus_bytes():
+    X, y = _curve(2, 2.0 ** np.arange(3, 27), 1e-4, 1e9, 1e4)
+    model = CommRegressor(curve="interp").fit(X, y)
+    op = get_op("all_reduce")
+    # world 4 moves 1.5x the bus bytes of world 2 for the same message
+    x4 = np.array([comm_features(op, {"world_size": 4, "bytes": 1 << 24})])
+    x2 = np.array([comm_features(op, {"world_size": 2, "bytes": 3 << 23})])
+    assert model.predict(x4)[0] == pytest.approx(model.predict(x2)[0])
+    assert np.all(np.diff(model.predict(X)) >= 0)  # monotone in size
+
+
+def test_comm_model_rejects_bad_input():
+    with pytest.raises(ValueError, match="3 columns"):
+        CommRegressor().fit(np.ones((4, 2)), np.ones(4))
+    with pytest.raises(ValueError, match="curve"):
+        CommRegressor(curve="cubic").fit(np.ones((4, 3)), np.ones(4))
+
+
+def test_fitting_chooses_the_comm_model_for_collectives():
+    from perfmodel.fitting import candidate_kinds, make_predictor
+
+    assert candidate_kinds(get_op("all_reduce"), "forward") == ("comm_sigmoid", "comm_interp")
+    assert "comm_sigmoid" not in candidate_kinds(get_op("addmm"), "forward")
+    assert make_predictor("comm_interp", None).curve == "interp"
+
+
+# -- one rank ---------------------------------------------------------------------------
+
+def test_a_world_of_one_measures_a_collective_and_records_bandwidths():
+    from perfmodel.bench import TimerSettings
+    from perfmodel.distributed import collective_record, init_distributed, measure_collective
+
+    world = init_distributed("cpu", timeout_s=10)
+    (case,) = [c for c in get_op("all_gather").cases("smoke")
+               if c.params == {"world_size": 1, "bytes": 4096}]
+    results = measure_collective(case, world, TimerSettings(budget_s=0.01), replicates=2)
+    assert len(results) == 2 and all(len(r.rank_median_s) == 1 for r in results)
+    record = collective_record(case, results[0], 0, {})
+    m = results[0].measurement
+    assert record["kind"] == "measurement" and record["config"] == case.params
+    assert record["latency_p95_s"] >= m.median_s
+    assert record["algbw_Bps"] == pytest.approx(4096 / m.median_s)
+    assert record["busbw_Bps"] == 0.0  # a world of one moves nothing over a bus
+    assert math.isfinite(record["algbw_Bps"])
+
+
+def test_items_for_another_world_size_skip_with_the_reason():
+    from pytest_perfmodel.distributed import benchmark_collective
+
+    (case,) = [c for c in get_op("broadcast").cases("smoke")
+               if c.params == {"world_size": 2, "bytes": 64}]
+    with pytest.raises(pytest.skip.Exception, match=r"needs 2 ranks, this run has 1 .*-n 2"):
+        benchmark_collective(None, case)

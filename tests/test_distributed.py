@@ -1,0 +1,133 @@
+"""Multi-rank runs: launcher detection, sharding, the --perfmodel-ranks launcher, one
+result per run, and a killed rank ending the run with a message that names it."""
+
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from perfmodel.distributed import World, _OneRank, launcher_world, local_ranks, threads_per_rank
+from pytest_perfmodel.distributed import launch_command, shard_items
+from tests.conftest import THREADS
+
+REPO = Path(__file__).resolve().parents[1]
+MPIEXEC = Path(sys.executable).with_name("mpiexec")
+needs_mpiexec = pytest.mark.skipif(not MPIEXEC.is_file(), reason="mpiexec not installed")
+
+SUITE = """
+import pytest
+from pytest_perfmodel.suite import test_accuracy, test_microbench  # noqa: F401
+
+pytestmark = pytest.mark.perfmodel_ops("all_reduce", "add")
+"""
+
+
+def test_launcher_environment_is_read_without_mpi():
+    assert launcher_world({}) is None
+    assert launcher_world({"PMI_RANK": "1", "PMI_SIZE": "4"}) == (1, 4)
+    assert launcher_world({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}) == (0, 2)
+    env = {"PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}
+    assert local_ranks(env) == (1, 2)
+    assert local_ranks({"PMI_RANK": "3", "PMI_SIZE": "4"}) == (3, 4)  # one host assumed
+    assert [threads_per_rank(16, n) for n in (1, 2, 4, 32)] == [16, 8, 4, 1]
+    assert "mpi4py" not in sys.modules or launcher_world() is not None
+
+
+def test_launch_command_reruns_pytest_under_mpiexec_without_the_option(tmp_path):
+    python = tmp_path / "python"
+    (tmp_path / "mpiexec").write_text("#!/bin/sh\necho 'HYDRA build details:'\n")
+    (tmp_path / "mpiexec").chmod(0o755)
+    cmd = launch_command(3, ["-m", "microbench", "--perfmodel-ranks", "3", "suites",
+                             "--perfmodel-ranks=3"], python=str(python))
+    assert cmd == [str(tmp_path / "mpiexec"), "-disable-auto-cleanup", "-n", "3", str(python),
+                   "-m", "pytest", "-m", "microbench", "suites"]
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_sharding_runs_each_item_exactly_once_and_collectives_everywhere(size):
+    items = [("mb", i) for i in range(10)] + [("coll", i) for i in range(3)] + [("acc", 0)]
+    shares = [shard_items(items, rank, size, lambda i: i[0] == "mb", lambda i: i[0] == "coll")
+              for rank in range(size)]
+    kept = Counter(item for k, _ in shares for item in k)
+    assert all(kept[("mb", i)] == 1 for i in range(10))
+    assert all(kept[("coll", i)] == size for i in range(3))
+    assert kept[("acc", 0)] == 1 and ("acc", 0) in shares[0][0]
+    for k, dropped in shares:
+        assert sorted(k + dropped) == sorted(items)
+
+
+class _Store:
+    def __init__(self, reported):
+        self.keys = {f"perfmodel/failed/{r}" for r in reported}
+
+    def set(self, key, value):
+        self.keys.add(key)
+
+    def check(self, keys):
+        return all(k in self.keys for k in keys)
+
+
+def test_a_timeout_names_the_ranks_that_did_not_report(monkeypatch):
+    monkeypatch.setattr("perfmodel.distributed.REPORT_GRACE_S", 0.05)
+    world = World(0, 4, 0, 4, _OneRank(), timeout_s=3, store=_Store(reported=[2]))
+    line = world.describe_failure("all_gather", {"world_size": 4, "bytes": 64},
+                                  RuntimeError("Operation timed out!\nmore"))
+    assert line == ("ranks 1, 3 did not complete all_gather (world_size=4, bytes=64) within "
+                    "3 s (RuntimeError: Operation timed out!)")
+    everyone = World(0, 2, 0, 2, _OneRank(), store=_Store(reported=[1]))
+    assert "failed on every rank" in everyone.describe_failure("broadcast", {}, RuntimeError("x"))
+
+
+def _run(pytester, results, *args, env=None, timeout=240):
+    pytester.makepyfile(test_suite=SUITE)
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--perfmodel-results={results}",
+         f"--perfmodel-threads={THREADS}", "--perfmodel-budget=0.02", *args],
+        cwd=pytester.path, capture_output=True, text=True, timeout=timeout,
+        env={**__import__("os").environ, **(env or {})})
+    return done, time.monotonic() - start
+
+
+@needs_mpiexec
+def test_two_ranks_store_every_record_once_and_report_once(pytester, planted_results):
+    results, key = planted_results
+    # this checks the records' bookkeeping; 4 smoke configs fit no better than noise
+    pytester.makepyprojecttoml("[tool.perfmodel]\nsmoke_gmae_threshold = 9.0\n")
+    done, _ = _run(pytester, results, "--perfmodel-ranks", "2")
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    from perfmodel.ops import get_op
+
+    runs = sorted((results / key / "runs").glob("*.jsonl"))
+    assert len(runs) == 2 and {p.stem[-6:] for p in runs} == {"-rank0", "-rank1"}
+    records = [json.loads(line) for p in runs for line in p.read_text().splitlines()[1:]]
+    keys = Counter((r["op"], json.dumps(r["config"], sort_keys=True), r["dtype"], r["replicate"])
+                   for r in records)
+    assert max(keys.values()) == 1  # nothing twice
+    add_cases = get_op("add").cases("smoke")
+    world2 = [c for c in get_op("all_reduce").cases("smoke") if c.params["world_size"] == 2]
+    assert Counter(r["op"] for r in records) == {"add": 2 * len(add_cases),
+                                                 "all_reduce": 2 * len(world2)}
+    rank1 = [json.loads(line) for line in runs[1].read_text().splitlines()[1:]]
+    assert rank1 and all(r["op"] == "add" for r in rank1)  # its shard; collectives go to rank 0
+    assert all({"latency_p95_s", "algbw_Bps", "busbw_Bps"} <= set(r) for r in records
+               if r["op"] == "all_reduce")
+    assert out.count("= perfmodel =") == 1 and out.count("all_reduce.fwd") == 1
+    assert "needs 1 ranks, this run has 2" not in out  # skips are counted, not shown
+
+
+@needs_mpiexec
+def test_a_rank_killed_mid_collective_ends_the_run_naming_it(pytester, planted_results):
+    results, _ = planted_results
+    done, seconds = _run(pytester, results, "--perfmodel-ranks", "2", "-k", "all_reduce",
+                         "--perfmodel-collective-timeout", "5",
+                         env={"PERFMODEL_FAULT": "exit:1"}, timeout=120)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "rank 1 did not complete all_reduce (world_size=2, bytes=64)" in out, out[-4000:]
+    assert seconds < 90

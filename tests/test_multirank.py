@@ -1,0 +1,194 @@
+"""Multi-rank E2E smoke: two mpiexec ranks trace, measure and predict the tiny
+model-parallel DLRM (DDP all-reduces and the pooled-embedding all_to_all), and
+the driver's failure paths. Prediction accuracy is not asserted here."""
+
+import json
+
+import pytest
+
+from perfmodel.multirank import (MultirankError, measure_ranks, mpiexec_path, oversubscription,
+                                 run_multirank)
+
+def _mpi_missing() -> str | None:
+    """Why the mpiexec tests cannot run here, or None."""
+    try:
+        import mpi4py  # noqa: F401
+        mpiexec_path()
+    except (ImportError, FileNotFoundError) as exc:
+        return str(exc)
+    return None
+
+
+needs_mpi = pytest.mark.skipif(_mpi_missing() is not None, reason=str(_mpi_missing()))
+
+BANDWIDTH = 3e10
+
+
+@pytest.fixture
+def planted_fit(planted_results):
+    """``planted_results`` plus a saved 1-thread fit (the planted spec's): the
+    collectives (t = 30 µs + bytes / 2 GB/s on two ranks) and a linear forward
+    at 1 GFLOP/s; other ops are priced by the (empty) overhead table."""
+    from perfmodel.device import DeviceSpec
+    from perfmodel.fitting import fit_predictors, save_fit
+    from perfmodel.ops import get_op
+    from perfmodel.store import ResultStore
+
+    root, key = planted_results
+    spec = DeviceSpec.from_dict(json.loads((root / key / "device.json").read_text()))
+    assert spec.threads == 1  # what the ranks run at on 2 cores
+    records = [{"kind": "measurement", "op": op, "direction": "forward", "dtype": "float32",
+                "config": {"world_size": 2, "bytes": 1 << e}, "replicate": r, "run_id": "planted",
+                "measurement": {"median_s": 30e-6 + (1 << e) / 2e9}}
+               for op in ("all_reduce", "all_to_all") for e in range(4, 24, 2) for r in (0, 1)]
+    linear = get_op("linear")
+    cases = [c for c in linear.cases("quick") if c.direction == "forward"][:8]
+    records += [{"kind": "measurement", "op": "linear", "direction": "forward",
+                 "dtype": "float32", "config": c.params, "replicate": r, "run_id": "planted",
+                 "env": {"threads": 1}, "measurement": {
+                     "median_s": 5e-6 + linear.flops(c.params, "forward") / 1e9}}
+                for c in cases for r in (0, 1)]
+    save_fit(fit_predictors(records, spec), ResultStore(root, key), "planted", ["planted"])
+    return root, key
+
+
+@needs_mpi
+def test_two_ranks_trace_measure_and_predict_dlrm_mp(planted_fit):
+    from perfmodel.graph import build_graph
+    from perfmodel.trace import load_trace
+
+    root, key = planted_fit
+    result = run_multirank("dlrm_mp", 2, root, key, BANDWIDTH, profile="smoke", cores=2,
+                           timeout_s=120)
+    assert result.workload == "dlrm_mp@2"
+    assert result.measured.median_s > 0 and result.predicted_s > 0
+    assert result.breakdown_s["communication"] > 0
+    assert "all_to_all.forward" not in result.no_predictor
+    traces = root / key / "traces"
+    for rank in (0, 1):
+        graph = build_graph(load_trace(traces / f"dlrm_mp@2.rank{rank}.et.json",
+                                       traces / f"dlrm_mp@2.rank{rank}.kineto.json"))
+        comm = [(t.op, t.params["world_size"]) for t in graph.tasks if t.kind == "collective"]
+        # pooled embeddings out and their gradients back; DDP's bucket(s) of MLP gradients
+        assert comm.count(("all_to_all", 2)) == 2 and ("all_reduce", 2) in comm
+        a2a = next(t for t in graph.tasks if t.op == "all_to_all")
+        tiny_rows = 2 * 8  # the global batch: two ranks of batch 8
+        assert a2a.params["bytes"] == tiny_rows * 2 * 4 * 4  # 2 tables of D=4 per rank, fp32
+        assert not any(t.name.startswith("gloo:") for t in graph.tasks)
+
+
+@needs_mpi
+def test_a_run_past_its_timeout_is_stopped(planted_fit):
+    root, key = planted_fit
+    with pytest.raises(MultirankError, match=r"ddp_mlp@2: ranks still running after 0.5 s"):
+        run_multirank("ddp_mlp", 2, root, key, BANDWIDTH, profile="smoke", cores=2,
+                      timeout_s=0.5)
+
+
+def test_unknown_workload_is_refused_before_starting_ranks(tmp_path):
+    with pytest.raises(ValueError, match="unknown multi-rank workload 'nope'"):
+        run_multirank("nope", 2, tmp_path, "k", BANDWIDTH)
+
+
+def test_measured_iteration_is_the_slowest_rank_per_block():
+    """Two fake ranks: rank 1 is slower in the first block, rank 0 in the others."""
+    blocks = {0: [1.0, 4.0, 6.0], 1: [2.0, 3.0, 5.0]}
+    barriers = []
+    timing, medians = measure_ranks(lambda: None, lambda: barriers.append(1),
+                                    lambda samples: [blocks[0], blocks[1]], items=8, warmup=1,
+                                    repeat=3, number=2)
+    assert len(barriers) == 3  # one before each block
+    assert timing.median_s == 4.0 and timing.number == 2 and medians == [4.0, 3.0]
+    assert measure_ranks(lambda: None, lambda: None, lambda samples: None, 1, 0, 2, 1) is None
+
+
+def test_oversubscription_counts_busy_threads_per_core():
+    assert oversubscription(2, 1, 2) == 1.0 and oversubscription(1, 2, 2) == 1.0
+    assert oversubscription(4, 1, 2) == 2.0 and oversubscription(8, 2, 4) == 4.0
+
+
+def _gloo_trace(tmp_path, with_worker_scope=True):
+    """A synthetic 4-rank DDP trace (as captured on rank 3): the observer nested
+    ops under the wrong parents while gloo's worker scope was open. Returns the
+    ET and Kineto paths; times in the Kineto file are µs."""
+    from perfmodel.trace import ITERATION_MARK
+
+    def node(id, name, parent, tid=1):
+        empty = {"values": [], "shapes": [], "types": []}
+        return {"id": id, "name": name, "ctrl_deps": parent, "inputs": empty, "outputs": empty,
+                "attrs": [{"name": "tid", "value": tid}]}
+
+    backward, accumulate = ("autograd::engine::evaluate_function: AddmmBackward0",
+                            "autograd::engine::evaluate_function: AccumulateGrad")
+    # (id, name, ET parent as recorded, start µs, duration µs); truth in the comments
+    ops = [(4, backward, 3, 1, 20), (5, "aten::mm", 4, 2, 10),
+           (7, "aten::t", 5, 13, 2),  # under 4: it starts after mm ended
+           (8, accumulate, 4, 30, 10),  # under the iteration: after backward ended
+           (9, "c10d::allreduce_", 8, 32, 5),
+           (10, "aten::_foreach_mul_", 3, 50, 20),
+           (11, "aten::mul_", 3, 52, 5)]  # under 10: inside its interval
+    nodes = [node(1, "[pytorch|profiler|execution_trace|process]", 1),
+             node(2, "[pytorch|profiler|execution_trace|thread]", 1),
+             node(3, ITERATION_MARK, 2)] + [node(i, n, p) for i, n, p, _, _ in ops]
+    events = [{"ph": "X", "cat": "user_annotation", "name": ITERATION_MARK, "ts": 0, "dur": 100,
+               "tid": 1}] + [{"ph": "X", "cat": "cpu_op", "name": n, "ts": ts, "dur": dur,
+                              "tid": 1} for _, n, _, ts, dur in ops]
+    if with_worker_scope:
+        nodes.append(node(6, "gloo:all_reduce", 5, tid=2))
+        events.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce",
+                       "ts": 5, "dur": 50, "tid": 2})
+    et, kineto = tmp_path / "r.et.json", tmp_path / "r.kineto.json"
+    et.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "pid": 1, "nodes": nodes}))
+    kineto.write_text(json.dumps({"traceEvents": events}))
+    return et, kineto
+
+
+def test_ops_misplaced_while_a_gloo_scope_was_open_are_reparented_by_time(tmp_path):
+    """Regression (ddp_mlp@4): an all-reduce nested in an earlier backward op
+    vanished from two ranks' graphs; the ranks then disagreed on collectives."""
+    from perfmodel.trace import load_trace
+
+    trace = load_trace(*_gloo_trace(tmp_path))
+    parent = {n.id: n.parent for n in trace.nodes.values()}
+    assert parent[7] == 4 and parent[8] == 3 and parent[9] == 8 and parent[11] == 10
+    assert [c.id for c in trace.last_iteration().children] == [4, 8, 10]
+    assert [c.id for c in trace.nodes[4].children] == [5, 7]
+    assert [w.name for w in trace.worker_nodes] == ["gloo:all_reduce"]
+
+
+def test_without_a_worker_scope_the_observers_tree_is_kept(tmp_path):
+    from perfmodel.trace import load_trace
+
+    trace = load_trace(*_gloo_trace(tmp_path, with_worker_scope=False))
+    assert trace.nodes[7].parent == 5 and trace.nodes[11].parent == 3
+
+
+def test_ranks_share_the_cores_as_threads():
+    from perfmodel.multirank import rank_threads
+
+    assert rank_threads(2, 2) == rank_threads(4, 2) == 1 and rank_threads(2, 8) == 4
+
+
+def test_no_fit_at_the_ranks_thread_count_is_one_clear_error(planted_results):
+    """Only a 2-thread fit stored: 2 ranks on 2 cores run 1 thread each, so the
+    run is refused before any rank starts (no mpiexec needed)."""
+    from perfmodel.device import DeviceSpec
+    from perfmodel.fitting import fit_predictors, save_fit
+    from perfmodel.store import ResultStore
+
+    root, key = planted_results
+    spec = DeviceSpec.from_dict({**json.loads((root / key / "device.json").read_text()),
+                                 "threads": 2})
+    records = [{"kind": "measurement", "op": "all_reduce", "direction": "forward",
+                "dtype": "float32", "config": {"world_size": 2, "bytes": 1 << e}, "replicate": 0,
+                "run_id": "r2", "measurement": {"median_s": 1e-5 * e}} for e in range(4, 14)]
+    store = ResultStore(root, key)
+    save_fit(fit_predictors(records, spec), store, "two", ["r2"])
+    message = (rf"^no fit for 1 thread\(s\) under {store.dir}: run `pytest suites/ -m "
+               rf"microbench --perfmodel-profile quick --perfmodel-threads 1` first$")
+    with pytest.raises(MultirankError, match=message):
+        run_multirank("ddp_mlp", 2, root, key, BANDWIDTH, cores=2)
+    save_fit(fit_predictors(records, DeviceSpec.from_dict({**spec.to_dict(), "threads": 1})),
+             store, "one", ["r2"])  # collectives only: nothing to price the compute with
+    with pytest.raises(MultirankError, match=r"^only collective predictors in the fit for 1"):
+        run_multirank("ddp_mlp", 4, root, key, BANDWIDTH, profile="smoke", cores=2)

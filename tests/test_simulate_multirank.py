@@ -1,0 +1,98 @@
+"""Several simulated ranks: collectives synchronise the ranks' clocks, readers of a
+collective's output wait for it, and the iteration is the slowest rank's."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from perfmodel.simulate import COMM_STREAM, SimTask, simulate, simulate_ranks
+
+
+def compute(seconds, inputs=(), outputs=()):
+    return SimTask("compute", "gemm", seconds, inputs=inputs, outputs=outputs)
+
+
+def collective(seconds, tensor, issue_s=0.0):
+    return SimTask("all_reduce", "communication", issue_s, kernels=[(COMM_STREAM, seconds)],
+                   inputs=(tensor,), outputs=(tensor,), collective=True)
+
+
+def test_a_collective_starts_when_the_last_rank_issues_it():
+    fast = [compute(1.0), collective(0.5, 7), compute(0.1, inputs=(7,))]
+    slow = [compute(2.0), collective(0.5, 7), compute(0.1, inputs=(7,))]
+    result = simulate_ranks([fast, slow])
+    assert result.collective_start_s == [2.0]
+    # both ranks wait for the collective (2.0 + 0.5), then read its output
+    assert [r.total_s for r in result.ranks] == [pytest.approx(2.6), pytest.approx(2.6)]
+    assert result.total_s == pytest.approx(2.6)
+    lanes = [[(lane, start, end) for lane, name, start, end in r.timeline
+              if lane == f"stream {COMM_STREAM}"] for r in result.ranks]
+    assert lanes[0] == lanes[1] == [(f"stream {COMM_STREAM}", 2.0, 2.5)]
+    # alone, the fast rank would not have waited for the slow one
+    assert simulate(fast).total_s == pytest.approx(1.6)
+
+
+def test_compute_that_does_not_read_the_output_overlaps_the_collective():
+    """DDP: a bucket's all-reduce runs while backward goes on; only the copy back waits."""
+    rank = [compute(1.0), collective(2.0, 7, issue_s=0.1), compute(1.0), compute(0.2, inputs=(7,))]
+    result = simulate_ranks([rank, rank])
+    assert result.total_s == pytest.approx(1.1 + 2.0 + 0.2)  # comm hides the 1.0 of compute
+    short = [compute(1.0), collective(0.5, 7, issue_s=0.1), compute(1.0), compute(0.2, inputs=(7,))]
+    assert simulate_ranks([short, short]).total_s == pytest.approx(1.1 + 1.0 + 0.2)
+
+
+def test_collectives_run_in_order_on_the_communication_stream():
+    rank0 = [compute(1.0), collective(1.0, 1), collective(1.0, 2), compute(0.1, inputs=(2,))]
+    rank1 = [compute(0.5), collective(1.0, 1), compute(2.0), collective(1.0, 2),
+             compute(0.1, inputs=(2,))]
+    result = simulate_ranks([rank0, rank1])
+    # first: starts at 1.0 (rank 0 issues last); second: rank 1 issues it at 2.5
+    assert result.collective_start_s == [1.0, 2.5]
+    assert result.total_s == pytest.approx(3.6)
+
+
+def test_a_reused_tensor_id_does_not_wait():
+    """A host op that writes a new tensor under the collective's id clears the wait."""
+    rank = [collective(5.0, 7), compute(0.1, outputs=(7,)), compute(0.1, inputs=(7,))]
+    assert simulate_ranks([rank]).total_s == pytest.approx(5.0)  # the stream still ends at 5
+    assert simulate_ranks([rank]).ranks[0].host_busy_s == pytest.approx(0.2)
+    assert simulate(rank[:1] + rank[2:]).total_s == pytest.approx(5.1)
+
+
+def test_one_rank_is_the_single_rank_simulation():
+    tasks = [compute(1.0), collective(0.5, 3, issue_s=0.01), compute(0.3), compute(0.2, inputs=(3,))]
+    assert simulate_ranks([tasks]).total_s == simulate(tasks).total_s == pytest.approx(1.71)
+
+
+def test_ranks_must_issue_the_same_collectives():
+    with pytest.raises(ValueError, match=r"different numbers of collectives: \[1, 0\]"):
+        simulate_ranks([[collective(1.0, 1)], [compute(1.0)]])
+
+
+_rank = st.lists(st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 1.0), st.booleans()),
+                 min_size=1, max_size=6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_rank, min_size=2, max_size=4), st.data())
+def test_predicted_covers_every_rank_and_the_communication(ranks, data):
+    """Per rank: compute, then a collective (its output read at once or at the
+    end); every rank issues the same collectives (same durations)."""
+    n = min(len(r) for r in ranks)
+    durations = [data.draw(st.floats(0.0, 1.0)) for _ in range(n)]
+    task_lists, compute_alone = [], []
+    for steps in ranks:
+        tasks, late = [], []
+        for k, (work, issue, wait_now) in enumerate(steps[:n]):
+            tasks += [compute(work), collective(durations[k], 100 + k, issue_s=issue)]
+            (tasks if wait_now else late).append(compute(0.0, inputs=(100 + k,)))
+        task_lists.append(tasks + late)
+        compute_alone.append(sum(t.host_s for t in tasks))
+    result = simulate_ranks(task_lists)
+    assert result.total_s == max(r.total_s for r in result.ranks)
+    assert all(result.total_s >= c - 1e-9 for c in compute_alone)
+    assert result.total_s >= sum(durations) - 1e-9
+    for k, start in enumerate(result.collective_start_s):
+        # no rank could have started it earlier, and it starts at the same time everywhere
+        assert all(start >= r.collective_ready_s[k] - 1e-12 for r in result.ranks)
+        assert any(start == r.collective_ready_s[k] for r in result.ranks)
