@@ -225,14 +225,19 @@ class PerfmodelSession:
         thread count (:func:`perfmodel.multirank.rank_threads`). When this
         session runs at that count (``--perfmodel-threads 1`` for 2 or 4 ranks
         on 2 cores) its fit is refreshed and saved first; otherwise the newest
-        stored fit of that count is used (noted in the summary), and the item
-        fails naming the command to run when there is none."""
-        from perfmodel.multirank import MultirankError, rank_threads, run_multirank
+        stored fit of that count is used (noted in the summary), and the item is
+        skipped naming the command to run when there is none (like a missing
+        package: the sweep goes on)."""
+        from perfmodel.multirank import MultirankError, rank_threads, require_fit, run_multirank
 
         threads = rank_threads(world_size)
         if self.device.kind == "cpu" and self.device.threads == threads:
             self.fit()  # a fresh fit of the ranks' thread count is saved for them
         else:
+            try:
+                require_fit(self.store, threads, self.options.profile)
+            except MultirankError as exc:
+                pytest.skip(f"{workload}@{world_size}: {exc}")
             note = (f"{workload}@{world_size}: ranks run {threads} thread(s), this session "
                     f"{self.device.threads}; they use the stored {threads}-thread fit")
             if note not in self.notes:

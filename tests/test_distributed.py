@@ -34,7 +34,6 @@ def test_launcher_environment_is_read_without_mpi():
     assert local_ranks(env) == (1, 2)
     assert local_ranks({"PMI_RANK": "3", "PMI_SIZE": "4"}) == (3, 4)  # one host assumed
     assert [threads_per_rank(16, n) for n in (1, 2, 4, 32)] == [16, 8, 4, 1]
-    assert "mpi4py" not in sys.modules or launcher_world() is not None
 
 
 def test_launch_command_reruns_pytest_under_mpiexec_without_the_option(tmp_path):

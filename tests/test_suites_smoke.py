@@ -28,11 +28,11 @@ def test_suites_run_end_to_end_in_the_smoke_profile(tmp_path):
     (device_dir,) = results.iterdir()
     (run_file,) = (device_dir / "runs").iterdir()
     kinds = [json.loads(line)["kind"] for line in run_file.read_text().splitlines()]
-    from perfmodel.workloads import MULTIRANK_WORKLOADS, WORKLOADS
+    from perfmodel.workloads import WORKLOADS
 
-    ranked = sum(len(cfg.world_sizes) for cfg in MULTIRANK_WORKLOADS.values())
     assert kinds[0] == "header" and kinds.count("measurement") > 100
-    # every registered workload, tiny, and each multi-rank one at each world size
-    assert kinds.count("e2e") == len(WORKLOADS) + ranked
+    # every registered workload, tiny; the multi-rank ones skip: a fresh store has no
+    # fit at their one thread per rank (tests/test_multirank.py runs them on a planted one)
+    assert kinds.count("e2e") == len(WORKLOADS)
     assert (device_dir / "device.json").is_file()
     assert len(list((device_dir / "predictors").glob("*/index.json"))) == 1
