@@ -26,10 +26,14 @@ def _baseline(args: argparse.Namespace) -> int:
     loaded = store.load("e2e")
     for problem in loaded.problems:
         print(f"warning: skipped {problem}", file=sys.stderr)
-    errors = baseline_errors(loaded.records, args.profile, args.last)
+    errors, predicted = baseline_errors(loaded.records, args.profile, args.last)
+    runs = {r["workload"] for r in loaded.records
+            if r.get("kind") == "e2e" and r.get("profile") == args.profile}
+    for workload in sorted(runs - set(errors)):
+        print(f"left out {workload}: fewer than {args.last} runs", file=sys.stderr)
     env = max(loaded.records, key=lambda r: str(r.get("run_id")))["env"]
     path = store.baseline_path(args.profile)
-    saved = save_baseline(path, spec.key, errors, env)
+    saved = save_baseline(path, spec.key, errors, env, predicted_by_workload=predicted)
     for workload, entry in saved.entries.items():
         print(f"{workload:<22} mean {entry.mean:+7.2%}  spread {entry.spread:6.2%}  n {entry.n}")
     print(f"wrote {path}")
@@ -94,12 +98,24 @@ def _stats(args: argparse.Namespace) -> int:
     return 1 if report.failed else 0
 
 
+def _detecting(parser: argparse.ArgumentParser) -> None:
+    """--results, --device and --threads of a command that detects this machine's device."""
+    parser.add_argument("--results", default="results", help="results root (default: results)")
+    parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: auto)")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
+
+
+def _stored(parser: argparse.ArgumentParser) -> None:
+    """--results and --device of a command that reads stored results only."""
+    parser.add_argument("--results", default="results", help="results root (default: results)")
+    parser.add_argument("--device", default=None,
+                        help="device key (a folder under RESULTS), cpu, cuda or cuda:N "
+                             "(default: the only device under RESULTS)")
+
+
 def _add_analysis_commands(sub) -> None:
     """``compare``, ``predict`` and ``stats``: read stored results (predict also
     traces, and with --measure runs, the workload)."""
-    where = {"--results": dict(default="results", help="results root (default: results)"),
-             "--device": dict(default=None, help="device key (a folder under RESULTS), cpu, "
-                                                 "cuda or cuda:N (default: the only one)")}
     compare = sub.add_parser(
         "compare", help="two runs, baselines or devices side by side",
         description="Compare A with B, both run ids (of --device) or run files (.jsonl), both "
@@ -110,8 +126,7 @@ def _add_analysis_commands(sub) -> None:
     compare.add_argument("b", help="of the same kind as A")
     compare.add_argument("--profile", default="quick",
                          help="profile of the runs compared across devices (default: quick)")
-    for flag, kw in where.items():
-        compare.add_argument(flag, **kw)
+    _stored(compare)
     compare.set_defaults(func=_compare)
     predict = sub.add_parser(
         "predict", help="predict a workload's or a saved trace's training iteration",
@@ -130,9 +145,7 @@ def _add_analysis_commands(sub) -> None:
                          help="its Kineto trace, for traced timings")
     predict.add_argument("--calibration", default=None, metavar="FILE",
                          help="its profiler calibration file")
-    predict.add_argument("--results", **where["--results"])
-    predict.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: auto)")
-    predict.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
+    _detecting(predict)
     predict.set_defaults(func=_predict)
     stats = sub.add_parser(
         "stats", help="mean, sd and diff of every item over several stored runs",
@@ -149,8 +162,7 @@ def _add_analysis_commands(sub) -> None:
     stats.add_argument("--quantile", type=float, default=0.95,
                        help="coverage of the prediction interval (default 0.95)")
     stats.add_argument("--min-runs", type=int, default=3, help="fewest runs (default: 3)")
-    for flag, kw in where.items():
-        stats.add_argument(flag, **kw)
+    _stored(stats)
     stats.set_defaults(func=_stats)
 
 
@@ -160,9 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     devices = sub.add_parser("devices", help="detect the device and print its spec as JSON",
                              description="Detect the device (measuring a CPU once and caching "
                                          "it under RESULTS/<device-key>/device.json).")
-    devices.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: auto)")
-    devices.add_argument("--results", default="results", help="results root (default: results)")
-    devices.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
+    _detecting(devices)
     devices.set_defaults(func=_devices)
     baseline = sub.add_parser(
         "baseline", help="write the E2E gate's baseline from stored runs",
@@ -172,9 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "built from runs you already have, e.g. a CI history.")
     baseline.add_argument("--profile", default="quick", help="profile of the runs (default: quick)")
     baseline.add_argument("--last", type=int, default=5, help="newest runs to use (default: 5)")
-    baseline.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: auto)")
-    baseline.add_argument("--results", default="results", help="results root (default: results)")
-    baseline.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
+    _detecting(baseline)
     baseline.set_defaults(func=_baseline)
     report = sub.add_parser(
         "report", help="write the HTML report (plots, accuracy and E2E tables) from stored results",
@@ -183,10 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "predicted vs measured, error CDFs, E2E table and breakdown, iteration "
                     "timelines, collective bandwidth. The figures are also written as PNG "
                     "beside it. Nothing is measured.")
-    report.add_argument("--results", default="results", help="results root (default: results)")
-    report.add_argument("--device", default=None,
-                        help="device key (a folder under RESULTS), cpu, cuda or cuda:N "
-                             "(default: the only device under RESULTS)")
+    _stored(report)
     report.add_argument("--profile", default=None,
                         help="profile of the E2E records and baseline (default: the newest "
                              "run's)")

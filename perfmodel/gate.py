@@ -9,6 +9,18 @@ new error fails when its magnitude exceeds
 
 so a noisy workload gets room in proportion to its measured noise, and a quiet one
 still gets ``min_margin`` (one percentage point by default) rather than none.
+
+That check is bounded by how much the *measured* time moves between runs (4-11% sd
+on cpu-amd-epyc-2c). A change of the model shows much more sharply in the
+*predicted* time, which moves only with the traced overheads (0.2-1.1% sd there). So
+the baseline also keeps each run's predicted seconds, and a workload ``drifted``
+(fails) when its prediction moved from the baseline's mean prediction by more than
+
+    allowed drift = max(k * relative spread of the baseline's predictions, min_margin)
+
+in the direction that makes its expected error, (1 + mean)(1 + shift) - 1, larger
+in magnitude than the baseline mean by more than ``min_margin``. A shift that makes
+the prediction better passes.
 The spread is taken over the signed errors because a workload predicted close to
 its measured time has errors of both signs: the spread of their magnitudes would
 understate its noise (on cpu-amd-epyc-2c, mlp_small's errors over five runs were
@@ -19,7 +31,11 @@ The baseline file (``results/<device-key>/baseline-<profile>.json``, schema 2) i
 
     {"schema": 2, "device_key": "cpu-...", "created_unix_s": 1.7e9, "env": {...},
      "workloads": {"mlp_small": {"mean": -0.01, "spread": 0.04, "n": 5,
-                                 "errors": [-0.05, 0.03, ...]}}}
+                                 "errors": [-0.05, 0.03, ...],
+                                 "predicted_s": [0.0285, 0.0286, ...]}}}
+
+``predicted_s`` (seconds, one per error) is optional: baselines without it get the
+error check only.
 """
 
 from __future__ import annotations
@@ -45,6 +61,7 @@ _CONSISTENCY_ABS = 1e-12
 
 _TOP_KEYS = ("schema", "device_key", "created_unix_s", "env", "workloads")
 _ENTRY_KEYS = ("mean", "spread", "n", "errors")
+_OPTIONAL_ENTRY_KEYS = ("predicted_s",)
 
 
 def _is_number(value: object) -> bool:
@@ -55,6 +72,13 @@ def _check_error_value(value: object, what: str) -> float:
     """``value`` as a float when it is a finite, non-negative number; ValueError otherwise."""
     if not _is_number(value) or not math.isfinite(value) or value < 0:
         raise ValueError(f"{what} = {value!r} is not a finite, non-negative fraction")
+    return float(value)
+
+
+def _check_seconds(value: object, what: str) -> float:
+    """``value`` as a float when it is a finite, positive number of seconds."""
+    if not _is_number(value) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{what} = {value!r} is not a positive, finite number of seconds")
     return float(value)
 
 
@@ -71,27 +95,54 @@ class BaselineEntry:
     """One workload's signed E2E errors over ``n`` repeated runs (fractions).
 
     ``mean`` is their mean and ``spread`` their sample standard deviation
-    (0 when ``n == 1``).
+    (0 when ``n == 1``); ``predicted_s`` the same runs' predicted iteration times
+    (seconds), or empty when not recorded.
     """
 
     mean: float
     spread: float
     n: int
     errors: tuple[float, ...]
+    predicted_s: tuple[float, ...] = ()
 
     @classmethod
-    def from_errors(cls, errors: Iterable[float]) -> BaselineEntry:
-        """The entry summarising signed ``errors``; ValueError when empty or not finite."""
+    def from_errors(cls, errors: Iterable[float],
+                    predicted_s: Iterable[float] = ()) -> BaselineEntry:
+        """The entry summarising signed ``errors`` (and their runs' ``predicted_s``);
+        ValueError when empty, not finite, or the two lengths differ."""
         values = tuple(_check_signed_error(e, f"errors[{i}]") for i, e in enumerate(errors))
         if not values:
             raise ValueError("a baseline entry needs at least one E2E error; got none")
+        predicted = tuple(_check_seconds(p, f"predicted_s[{i}]")
+                          for i, p in enumerate(predicted_s))
+        if predicted and len(predicted) != len(values):
+            raise ValueError(f"{len(predicted)} predicted time(s) for {len(values)} error(s)")
         spread = statistics.stdev(values) if len(values) > 1 else 0.0
-        return cls(float(statistics.mean(values)), float(spread), len(values), values)
+        return cls(float(statistics.mean(values)), float(spread), len(values), values,
+                   predicted)
+
+    @property
+    def predicted_mean_s(self) -> float | None:
+        """Mean predicted iteration time (s), None when not recorded."""
+        return statistics.mean(self.predicted_s) if self.predicted_s else None
+
+    @property
+    def predicted_spread(self) -> float | None:
+        """Sample sd of the predicted times relative to their mean (a fraction);
+        None when not recorded, 0 for one run."""
+        if not self.predicted_s:
+            return None
+        if len(self.predicted_s) == 1:
+            return 0.0
+        return statistics.stdev(self.predicted_s) / statistics.mean(self.predicted_s)
 
     def to_dict(self) -> dict:
         """JSON-safe form, as stored under ``workloads`` in the baseline file."""
-        return {"mean": self.mean, "spread": self.spread, "n": self.n,
-                "errors": list(self.errors)}
+        out = {"mean": self.mean, "spread": self.spread, "n": self.n,
+               "errors": list(self.errors)}
+        if self.predicted_s:
+            out["predicted_s"] = list(self.predicted_s)
+        return out
 
 
 @dataclass(frozen=True)
@@ -106,16 +157,20 @@ class Baseline:
 
 def save_baseline(path: Path, device_key: str,
                   errors_by_workload: Mapping[str, Sequence[float]], env: dict,
-                  created_unix_s: float | None = None) -> Baseline:
-    """Write a schema-2 baseline from each workload's repeated E2E errors (fractions).
+                  created_unix_s: float | None = None,
+                  predicted_by_workload: Mapping[str, Sequence[float]] | None = None
+                  ) -> Baseline:
+    """Write a schema-2 baseline from each workload's repeated E2E errors (fractions)
+    and, when given, the same runs' predicted times (seconds).
 
     The write is atomic; ``created_unix_s`` defaults to now. Returns what was written.
     ValueError when a workload has no errors or a bad one.
     """
     entries = {}
+    predicted = predicted_by_workload or {}
     for workload, errors in sorted(errors_by_workload.items()):
         try:
-            entries[workload] = BaselineEntry.from_errors(errors)
+            entries[workload] = BaselineEntry.from_errors(errors, predicted.get(workload, ()))
         except ValueError as exc:
             raise ValueError(f"{path}: workload {workload!r}: {exc}") from None
     created = time.time() if created_unix_s is None else float(created_unix_s)
@@ -126,24 +181,34 @@ def save_baseline(path: Path, device_key: str,
 
 
 def baseline_errors(records: Iterable[Mapping], profile: str,
-                    last_runs: int) -> dict[str, list[float]]:
-    """Signed E2E errors per workload from the newest ``last_runs`` runs of
-    ``profile`` that hold e2e records (store records, see
-    :meth:`perfmodel.store.ResultStore.load`). Records with a planted bias are
-    left out. ValueError when fewer runs than ``last_runs`` qualify."""
-    by_run: dict[str, list[Mapping]] = {}
+                    last_runs: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Signed E2E errors, and predicted times (s), of each workload in its newest
+    ``last_runs`` runs of ``profile`` (store records, see
+    :meth:`perfmodel.store.ResultStore.load`; one record per run: the last). Records
+    with a planted bias are left out, and so are workloads with fewer runs (a
+    multi-rank workload run once would get a spread of zero). ValueError when no
+    workload has ``last_runs`` runs."""
+    by_workload: dict[str, dict[str, Mapping]] = {}
     for r in records:
         if r.get("kind") == "e2e" and r.get("profile") == profile and not r.get("bias"):
-            by_run.setdefault(str(r.get("run_id")), []).append(r)
-    if last_runs < 1 or len(by_run) < last_runs:
-        raise ValueError(f"need {last_runs} run(s) of profile {profile!r} with e2e results "
-                         f"and no planted bias; found {len(by_run)}")
+            by_workload.setdefault(r["workload"], {})[str(r.get("run_id"))] = r
+    if last_runs < 1:
+        raise ValueError(f"need at least 1 run, got {last_runs}")
     errors: dict[str, list[float]] = {}
-    for run in sorted(by_run)[-last_runs:]:  # run ids start with their UTC time
-        for r in by_run[run]:
+    predicted: dict[str, list[float]] = {}
+    for workload, runs in sorted(by_workload.items()):
+        if len(runs) < last_runs:
+            continue
+        for run in sorted(runs)[-last_runs:]:  # run ids start with their UTC time
+            r = runs[run]
             measured = r["measured_s"]
-            errors.setdefault(r["workload"], []).append((r["predicted_s"] - measured) / measured)
-    return errors
+            errors.setdefault(workload, []).append((r["predicted_s"] - measured) / measured)
+            predicted.setdefault(workload, []).append(r["predicted_s"])
+    if not errors:
+        most = max((len(runs) for runs in by_workload.values()), default=0)
+        raise ValueError(f"need {last_runs} run(s) of profile {profile!r} with e2e results "
+                         f"and no planted bias; the most any workload has is {most}")
+    return errors, predicted
 
 
 def load_baseline(path: Path) -> Baseline | None:
@@ -208,11 +273,12 @@ def _baseline_from_dict(data: object) -> Baseline:
     return Baseline(device_key, entries, data["env"], float(created))
 
 
-def _exact_keys(d: dict, keys: tuple[str, ...], what: str) -> None:
+def _exact_keys(d: dict, keys: tuple[str, ...], what: str,
+                optional: tuple[str, ...] = ()) -> None:
     missing = [k for k in keys if k not in d]
     if missing:
         raise ValueError(f"{what} lacks key(s) {', '.join(map(repr, missing))}")
-    unknown = sorted(set(d) - set(keys))
+    unknown = sorted(set(d) - set(keys) - set(optional))
     if unknown:
         raise ValueError(f"{what} has unknown key(s) {', '.join(map(repr, unknown))}")
 
@@ -221,7 +287,7 @@ def _entry_from_dict(name: str, raw: object) -> BaselineEntry:
     where = f"workloads.{name}"
     if not isinstance(raw, dict):
         raise ValueError(f"'{where}' = {raw!r} is not an object")
-    _exact_keys(raw, _ENTRY_KEYS, f"'{where}'")
+    _exact_keys(raw, _ENTRY_KEYS, f"'{where}'", optional=_OPTIONAL_ENTRY_KEYS)
     errors = raw["errors"]
     if not isinstance(errors, list) or not errors:
         raise ValueError(f"'{where}.errors' = {errors!r} is not a non-empty list")
@@ -240,7 +306,13 @@ def _entry_from_dict(name: str, raw: object) -> BaselineEntry:
                             abs_tol=_CONSISTENCY_ABS):
             raise ValueError(f"'{where}.{key}' = {stored!r} does not match the {key} of "
                              f"'{where}.errors' ({derived!r})")
-    return BaselineEntry(mean, spread, n, values)
+    raw_predicted = raw.get("predicted_s", [])
+    if not isinstance(raw_predicted, list) or (raw_predicted and len(raw_predicted) != n):
+        raise ValueError(f"'{where}.predicted_s' = {raw_predicted!r} is not a list of "
+                         f"{n} predicted time(s)")
+    predicted = tuple(_check_seconds(p, f"'{where}.predicted_s[{i}]'")
+                      for i, p in enumerate(raw_predicted))
+    return BaselineEntry(mean, spread, n, values, predicted)
 
 
 # -- verdicts ----------------------------------------------------------------------------
@@ -270,15 +342,24 @@ class GatePolicy:
         """The largest E2E error magnitude (fraction) that passes against ``entry``."""
         return abs(entry.mean) + max(self.k * entry.spread, self.min_margin)
 
+    def allowed_drift(self, entry: BaselineEntry) -> float | None:
+        """The largest relative move of the predicted time from ``entry``'s mean
+        prediction that passes (a fraction); None when ``entry`` has no predictions."""
+        if entry.predicted_spread is None:
+            return None
+        return max(self.k * entry.predicted_spread, self.min_margin)
+
 
 @dataclass(frozen=True)
 class Verdict:
     """The gate's decision for one workload (all errors are fractions).
 
     ``status`` is one of ``ok``, ``regressed`` (error magnitude above the allowed
-    one), ``over_ceiling`` (magnitude above the workload's ceiling; checked first),
-    ``new`` (no baseline entry), ``missing`` (in the baseline and expected, but no
-    error) or ``invalid`` (the error is not a finite number).
+    one), ``drifted`` (the prediction moved beyond the allowed drift, making the
+    expected error worse), ``over_ceiling`` (magnitude above the workload's ceiling;
+    checked first), ``new`` (no baseline entry), ``missing`` (in the baseline and
+    expected, but no error) or ``invalid`` (the error is not a finite number).
+    ``shift`` is the prediction's relative move from the baseline's mean prediction.
     """
 
     workload: str
@@ -286,10 +367,19 @@ class Verdict:
     error: float | None
     entry: BaselineEntry | None
     policy: GatePolicy
+    shift: float | None = None
 
     @property
     def failed(self) -> bool:
-        return self.status in ("regressed", "over_ceiling", "missing", "invalid")
+        return self.status in ("regressed", "drifted", "over_ceiling", "missing", "invalid")
+
+    @property
+    def expected_error(self) -> float | None:
+        """The error the baseline's runs would have had with this prediction:
+        (1 + mean)(1 + shift) - 1; None without a shift."""
+        if self.shift is None or self.entry is None:
+            return None
+        return (1 + self.entry.mean) * (1 + self.shift) - 1
 
     @property
     def allowed(self) -> float | None:
@@ -310,6 +400,10 @@ class Verdict:
         if self.status == "over_ceiling":
             return (f"FAIL {w}: E2E error {self.error:+.2%} exceeds the ceiling "
                     f"{self.ceiling:.2%} set in pyproject.toml")
+        if self.status == "drifted":
+            return (f"FAIL {w}: prediction moved {self.shift:+.2%} from the baseline's "
+                    f"(allowed ±{self.policy.allowed_drift(self.entry):.2%}); expected error "
+                    f"{self.expected_error:+.2%} against baseline {self.entry.mean:+.2%}")
         if self.status == "new":
             return (f"NEW  {w}: E2E error {self.error:+.2%} (no baseline entry; save one "
                     f"with --perfmodel-save-baseline)")
@@ -349,16 +443,20 @@ class GateReport:
 
 def check_errors(errors: Mapping[str, float], baseline: Baseline, policy: GatePolicy,
                  expected: Iterable[str] = (), device_key: str | None = None,
-                 env: Mapping | None = None) -> GateReport:
+                 env: Mapping | None = None,
+                 predicted_s: Mapping[str, float] | None = None) -> GateReport:
     """Judge each workload's signed E2E error (fraction) against ``baseline`` under
-    ``policy``.
+    ``policy``, and, where ``predicted_s`` (seconds) and the baseline's predictions
+    are both there, its prediction's drift.
 
     Workloads in ``expected`` that the baseline has but ``errors`` lacks are reported
     ``missing``; baseline workloads not expected (deselected) are not reported.
     ``device_key`` and ``env`` describe this run; differences from the baseline's
     become warnings, not failures.
     """
-    verdicts = [_judge(w, e, baseline.entries.get(w), policy) for w, e in errors.items()]
+    predicted_s = predicted_s or {}
+    verdicts = [_judge(w, e, baseline.entries.get(w), policy, predicted_s.get(w))
+                for w, e in errors.items()]
     verdicts += [Verdict(w, "missing", None, baseline.entries[w], policy)
                  for w in set(expected) if w in baseline.entries and w not in errors]
     verdicts.sort(key=lambda v: v.workload)
@@ -366,17 +464,33 @@ def check_errors(errors: Mapping[str, float], baseline: Baseline, policy: GatePo
 
 
 def _judge(workload: str, error: float, entry: BaselineEntry | None,
-           policy: GatePolicy) -> Verdict:
+           policy: GatePolicy, predicted_s: float | None = None) -> Verdict:
     if not _is_number(error) or not math.isfinite(error):
         return Verdict(workload, "invalid", error, entry, policy)
+    shift = None
+    if (entry is not None and entry.predicted_mean_s is not None and _is_number(predicted_s)
+            and math.isfinite(predicted_s) and predicted_s > 0):
+        shift = predicted_s / entry.predicted_mean_s - 1
     ceiling = policy.ceilings.get(workload)
     if ceiling is not None and abs(error) > ceiling:
         status = "over_ceiling"
     elif entry is None:
         status = "new"
+    elif abs(error) > policy.allowed(entry):
+        status = "regressed"
+    elif shift is not None and _drifted(shift, entry, policy):
+        status = "drifted"
     else:
-        status = "regressed" if abs(error) > policy.allowed(entry) else "ok"
-    return Verdict(workload, status, float(error), entry, policy)
+        status = "ok"
+    return Verdict(workload, status, float(error), entry, policy, shift)
+
+
+def _drifted(shift: float, entry: BaselineEntry, policy: GatePolicy) -> bool:
+    """Whether a prediction ``shift`` is beyond the allowed drift and makes the
+    expected error worse than the baseline mean by more than ``min_margin``."""
+    expected = (1 + entry.mean) * (1 + shift) - 1
+    return (abs(shift) > policy.allowed_drift(entry)
+            and abs(expected) > abs(entry.mean) + policy.min_margin)
 
 
 def _warnings(baseline: Baseline, device_key: str | None, env: Mapping | None) -> list[str]:

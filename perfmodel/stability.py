@@ -19,6 +19,7 @@ the measured iteration time (0.05 = 5%).
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -37,15 +38,17 @@ def variant_bias(variant: str) -> dict[str, float]:
 
 
 def smallest_detectable_shift(baseline: Baseline, policy: GatePolicy) -> dict[str, dict]:
-    """Per workload: the baseline mean, the allowed |error|, and the smallest shift of
+    """Per workload: the baseline mean, the allowed |error|, the smallest shift of
     the error away from the mean that fails the gate, upwards (``up``), downwards
-    (``down``) and either way (``smallest``, = ``allowed - |mean|``)."""
+    (``down``) and either way (``smallest``, = ``allowed - |mean|``), and the allowed
+    move of the prediction (``allowed_drift``, None without stored predictions)."""
     out = {}
     for name, entry in sorted(baseline.entries.items()):
         allowed = policy.allowed(entry)
         up, down = allowed - entry.mean, allowed + entry.mean
         out[name] = {"mean": entry.mean, "spread": entry.spread, "allowed": allowed,
-                     "up": up, "down": down, "smallest": min(up, down)}
+                     "up": up, "down": down, "smallest": min(up, down),
+                     "allowed_drift": policy.allowed_drift(entry)}
     return out
 
 
@@ -105,7 +108,8 @@ class StabilityTally:
         failed = {}
         for v in self.variants:
             report = check_errors(errors[v], self.baseline, self.policy,
-                                  expected=measured_s.keys())
+                                  expected=measured_s.keys(),
+                                  predicted_s={w: predicted_s[w][v] for w in measured_s})
             failed[v] = [verdict.workload for verdict in report.verdicts if verdict.failed]
         result = RoundResult(dict(measured_s), errors, failed)
         self.rounds.append(result)
@@ -179,6 +183,10 @@ class StabilityTally:
             out.append((f"{w:<19}{allowed:>8}{smallest:>10}{fails['none'].get(w, 0):>4}/{n:<2}"
                         + cells)[:100].rstrip())
         out.append("columns per bias: mean shift of the error it planted, rounds it was caught")
+        drifts = [f"{w} ±{t['allowed_drift']:.1%}" for w, t in thresholds.items()
+                  if w in workloads and t["allowed_drift"] is not None]
+        if drifts:
+            out.extend(textwrap.wrap("allowed prediction drift: " + ", ".join(drifts), 100))
         for w, why in sorted(self.skipped.items()):
             out.append(f"WARN {w}: not run, so not scored ({why})"[:100])
         return out

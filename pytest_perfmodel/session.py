@@ -399,12 +399,15 @@ class PerfmodelSession:
         if not self.e2e and not self.e2e_expected:
             return self.gate
         errors: dict[str, list[float]] = {}
+        predicted: dict[str, list[float]] = {}
         for r in self.e2e:
             errors.setdefault(r.workload, []).append(r.signed_error)
+            predicted.setdefault(r.workload, []).append(r.predicted_s)
         path = self.store.baseline_path(self.options.profile)
         if self.options.save_baseline:
             if errors:
-                save_baseline(path, self.device.key, errors, self.env)
+                save_baseline(path, self.device.key, errors, self.env,
+                              predicted_by_workload=predicted)
                 self.gate.lines.append(
                     f"baseline saved to {path}: {len(errors)} workloads, "
                     f"{self.settings.baseline_runs} runs each")
@@ -421,7 +424,8 @@ class PerfmodelSession:
             return self.gate
         report = check_errors({w: e[-1] for w, e in errors.items()}, baseline,
                               self.settings.gate_policy(), expected=self.e2e_expected,
-                              device_key=self.device.key, env=self.env)
+                              device_key=self.device.key, env=self.env,
+                              predicted_s={w: p[-1] for w, p in predicted.items()})
         self.gate.verdicts = report.verdicts
         self.gate.lines.extend(report.lines())
         self.gate.failed = report.failed

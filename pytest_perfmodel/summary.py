@@ -15,7 +15,8 @@ _SHORT = {"forward": "fwd", "backward": "bwd"}
 
 
 #: The gate's verdict statuses as the E2E table shows them.
-_VERDICT = {"ok": "ok", "regressed": "FAIL", "over_ceiling": "FAIL ceiling", "new": "new",
+_VERDICT = {"ok": "ok", "regressed": "FAIL", "drifted": "FAIL drift",
+            "over_ceiling": "FAIL ceiling", "new": "new",
             "missing": "FAIL missing", "invalid": "FAIL invalid"}
 
 
@@ -96,4 +97,7 @@ def gate_decision(pm: PerfmodelSession) -> str | None:
     if failed:
         return (f"FAIL perfmodel gate: {len(failed)} of {len(verdicts)} workload(s) failed "
                 f"({', '.join(failed)})")[:100]
-    return f"perfmodel gate: pass, {len(verdicts)} workload(s) within their baseline"
+    new = sum(v.status == "new" for v in verdicts)
+    extra = f", {new} new (no baseline entry)" if new else ""
+    return (f"perfmodel gate: pass, {len(verdicts) - new} workload(s) within their "
+            f"baseline{extra}")

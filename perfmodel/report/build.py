@@ -211,7 +211,8 @@ def _e2e_table(data: ReportData, latest: dict[str, dict], settings) -> str:
     errors = {w: r.get("signed_error", r["error"]) for w, r in latest.items()}
     verdicts = {}
     if data.baseline is not None:
-        report = check_errors(errors, data.baseline, settings.gate_policy())
+        report = check_errors(errors, data.baseline, settings.gate_policy(),
+                              predicted_s={w: r["predicted_s"] for w, r in latest.items()})
         verdicts = {v.workload: v for v in report.verdicts}
     rows, classes = [], []
     for workload, r in latest.items():
