@@ -26,18 +26,41 @@ def _baseline(args: argparse.Namespace) -> int:
     loaded = store.load("e2e")
     for problem in loaded.problems:
         print(f"warning: skipped {problem}", file=sys.stderr)
-    errors, predicted = baseline_errors(loaded.records, args.profile, args.last)
+    errors, predicted, fits = baseline_errors(loaded.records, args.profile, args.last)
     runs = {r["workload"] for r in loaded.records
             if r.get("kind") == "e2e" and r.get("profile") == args.profile}
     for workload in sorted(runs - set(errors)):
         print(f"left out {workload}: fewer than {args.last} runs", file=sys.stderr)
     env = max(loaded.records, key=lambda r: str(r.get("run_id")))["env"]
+    fit_data = _baseline_fit_data(fits, store, spec.threads)
     path = store.baseline_path(args.profile)
-    saved = save_baseline(path, spec.key, errors, env, predicted_by_workload=predicted)
+    saved = save_baseline(path, spec.key, errors, env, predicted_by_workload=predicted,
+                          fit_data=fit_data)
     for workload, entry in saved.entries.items():
         print(f"{workload:<22} mean {entry.mean:+7.2%}  spread {entry.spread:6.2%}  n {entry.n}")
     print(f"wrote {path}")
     return 0
+
+
+def _baseline_fit_data(fits: set, store, threads: int | None) -> str | None:
+    """The training-data id the baseline's runs predicted with: theirs when they all
+    carry the same one; for runs stored before records carried it, the newest
+    stored fit's (said on stderr); None (no drift check) when they differ."""
+    from perfmodel.fitting import load_latest_fit
+
+    known = fits - {None}
+    if len(known) > 1:
+        print("note: the runs used different fits; the baseline checks errors only",
+              file=sys.stderr)
+        return None
+    if known:
+        return known.pop()
+    fit, _ = load_latest_fit(store, threads=threads)
+    if fit is None or not fit.data_id:
+        return None
+    print(f"note: the runs carry no fit id; assuming they predicted with the newest stored "
+          f"fit ({fit.data_id})", file=sys.stderr)
+    return fit.data_id
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ the same configs.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from dataclasses import asdict, dataclass, field
@@ -178,6 +179,14 @@ class FitReport:
     #: torch threads of the CPU measurements it was trained on (None: not a CPU
     #: fit, or a fit saved before thread counts were recorded).
     threads: int | None = None
+
+    @property
+    def data_id(self) -> str:
+        """A fingerprint of the measurements this fit was trained on (16 hex digits,
+        "" without recorded runs): equal ids mean the same training data."""
+        if not self.data_runs:
+            return ""
+        return hashlib.sha256("\n".join(sorted(self.data_runs)).encode()).hexdigest()[:16]
 
     def predictor(self, op: str, direction: str) -> OpPredictor:
         try:

@@ -60,6 +60,7 @@ _CONSISTENCY_REL = 1e-9
 _CONSISTENCY_ABS = 1e-12
 
 _TOP_KEYS = ("schema", "device_key", "created_unix_s", "env", "workloads")
+_OPTIONAL_TOP_KEYS = ("fit_data",)
 _ENTRY_KEYS = ("mean", "spread", "n", "errors")
 _OPTIONAL_ENTRY_KEYS = ("predicted_s",)
 
@@ -153,15 +154,18 @@ class Baseline:
     entries: dict[str, BaselineEntry]
     env: dict
     created_unix_s: float | None = None
+    #: :attr:`perfmodel.fitting.FitReport.data_id` of the fit its runs predicted with
+    fit_data: str | None = None
 
 
 def save_baseline(path: Path, device_key: str,
                   errors_by_workload: Mapping[str, Sequence[float]], env: dict,
                   created_unix_s: float | None = None,
-                  predicted_by_workload: Mapping[str, Sequence[float]] | None = None
-                  ) -> Baseline:
+                  predicted_by_workload: Mapping[str, Sequence[float]] | None = None,
+                  fit_data: str | None = None) -> Baseline:
     """Write a schema-2 baseline from each workload's repeated E2E errors (fractions)
-    and, when given, the same runs' predicted times (seconds).
+    and, when given, the same runs' predicted times (seconds) and the id of the
+    fit's training data they were predicted with (``fit_data``).
 
     The write is atomic; ``created_unix_s`` defaults to now. Returns what was written.
     ValueError when a workload has no errors or a bad one.
@@ -174,15 +178,19 @@ def save_baseline(path: Path, device_key: str,
         except ValueError as exc:
             raise ValueError(f"{path}: workload {workload!r}: {exc}") from None
     created = time.time() if created_unix_s is None else float(created_unix_s)
-    write_json_atomic(path, {
-        "schema": BASELINE_SCHEMA, "device_key": device_key, "created_unix_s": created,
-        "env": dict(env), "workloads": {w: e.to_dict() for w, e in entries.items()}})
-    return Baseline(device_key, entries, dict(env), created)
+    data = {"schema": BASELINE_SCHEMA, "device_key": device_key, "created_unix_s": created,
+            "env": dict(env), "workloads": {w: e.to_dict() for w, e in entries.items()}}
+    if fit_data:
+        data["fit_data"] = fit_data
+    write_json_atomic(path, data)
+    return Baseline(device_key, entries, dict(env), created, fit_data or None)
 
 
 def baseline_errors(records: Iterable[Mapping], profile: str,
-                    last_runs: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """Signed E2E errors, and predicted times (s), of each workload in its newest
+                    last_runs: int) -> tuple[dict[str, list[float]], dict[str, list[float]],
+                                             set]:
+    """Signed E2E errors, predicted times (s), and the set of fit data ids the
+    records carry (None for records without one), of each workload in its newest
     ``last_runs`` runs of ``profile`` (store records, see
     :meth:`perfmodel.store.ResultStore.load`; one record per run: the last). Records
     with a planted bias are left out, and so are workloads with fewer runs (a
@@ -196,6 +204,7 @@ def baseline_errors(records: Iterable[Mapping], profile: str,
         raise ValueError(f"need at least 1 run, got {last_runs}")
     errors: dict[str, list[float]] = {}
     predicted: dict[str, list[float]] = {}
+    fits: set = set()
     for workload, runs in sorted(by_workload.items()):
         if len(runs) < last_runs:
             continue
@@ -204,11 +213,12 @@ def baseline_errors(records: Iterable[Mapping], profile: str,
             measured = r["measured_s"]
             errors.setdefault(workload, []).append((r["predicted_s"] - measured) / measured)
             predicted.setdefault(workload, []).append(r["predicted_s"])
+            fits.add(r.get("fit_data"))
     if not errors:
         most = max((len(runs) for runs in by_workload.values()), default=0)
         raise ValueError(f"need {last_runs} run(s) of profile {profile!r} with e2e results "
                          f"and no planted bias; the most any workload has is {most}")
-    return errors, predicted
+    return errors, predicted, fits
 
 
 def load_baseline(path: Path) -> Baseline | None:
@@ -256,7 +266,10 @@ def _baseline_from_dict(data: object) -> Baseline:
     if schema != BASELINE_SCHEMA:
         raise ValueError(f"'schema' = {schema!r}: not a perfmodel baseline of schema "
                          f"{BASELINE_SCHEMA}")
-    _exact_keys(data, _TOP_KEYS, "baseline")
+    _exact_keys(data, _TOP_KEYS, "baseline", optional=_OPTIONAL_TOP_KEYS)
+    fit_data = data.get("fit_data")
+    if fit_data is not None and (not isinstance(fit_data, str) or not fit_data):
+        raise ValueError(f"'fit_data' = {fit_data!r} is not a non-empty string")
     device_key = data["device_key"]
     if not isinstance(device_key, str) or not device_key:
         raise ValueError(f"'device_key' = {device_key!r} is not a non-empty string")
@@ -270,7 +283,7 @@ def _baseline_from_dict(data: object) -> Baseline:
     if not isinstance(workloads, dict):
         raise ValueError(f"'workloads' = {workloads!r} is not an object")
     entries = {name: _entry_from_dict(name, raw) for name, raw in workloads.items()}
-    return Baseline(device_key, entries, data["env"], float(created))
+    return Baseline(device_key, entries, data["env"], float(created), fit_data)
 
 
 def _exact_keys(d: dict, keys: tuple[str, ...], what: str,
@@ -427,7 +440,8 @@ def _k_text(k: float) -> str:
 
 @dataclass(frozen=True)
 class GateReport:
-    """Verdicts sorted by workload, plus ``WARN`` lines about the comparison itself."""
+    """Verdicts sorted by workload, plus ``WARN`` (and ``note``) lines about the
+    comparison itself."""
 
     verdicts: list[Verdict]
     warnings: list[str]
@@ -444,23 +458,34 @@ class GateReport:
 def check_errors(errors: Mapping[str, float], baseline: Baseline, policy: GatePolicy,
                  expected: Iterable[str] = (), device_key: str | None = None,
                  env: Mapping | None = None,
-                 predicted_s: Mapping[str, float] | None = None) -> GateReport:
+                 predicted_s: Mapping[str, float] | None = None,
+                 fit_data: str | None = None) -> GateReport:
     """Judge each workload's signed E2E error (fraction) against ``baseline`` under
     ``policy``, and, where ``predicted_s`` (seconds) and the baseline's predictions
-    are both there, its prediction's drift.
+    are both there and this run's fit was trained on the same measurements as the
+    baseline's (``fit_data`` equals ``baseline.fit_data``), its prediction's drift:
+    a fit on other data moves predictions by itself, and that is for the error
+    check to judge.
 
     Workloads in ``expected`` that the baseline has but ``errors`` lacks are reported
     ``missing``; baseline workloads not expected (deselected) are not reported.
     ``device_key`` and ``env`` describe this run; differences from the baseline's
     become warnings, not failures.
     """
+    notes = []
+    if predicted_s and (not fit_data or fit_data != baseline.fit_data):
+        if any(e.predicted_s for e in baseline.entries.values()):
+            notes.append("note: prediction drift not checked: this run's fit was trained on "
+                         "other measurements than the baseline's (re-save the baseline to "
+                         "check it)")
+        predicted_s = {}
     predicted_s = predicted_s or {}
     verdicts = [_judge(w, e, baseline.entries.get(w), policy, predicted_s.get(w))
                 for w, e in errors.items()]
     verdicts += [Verdict(w, "missing", None, baseline.entries[w], policy)
                  for w in set(expected) if w in baseline.entries and w not in errors]
     verdicts.sort(key=lambda v: v.workload)
-    return GateReport(verdicts, _warnings(baseline, device_key, env))
+    return GateReport(verdicts, _warnings(baseline, device_key, env) + notes)
 
 
 def _judge(workload: str, error: float, entry: BaselineEntry | None,

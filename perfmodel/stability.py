@@ -87,6 +87,9 @@ class StabilityTally:
 
     baseline: Baseline
     policy: GatePolicy
+    #: training-data id of the fit the rounds predict with (the drift check needs it
+    #: to equal the baseline's; see :func:`perfmodel.gate.check_errors`)
+    fit_data: str | None = None
     variants: tuple[str, ...] = DEFAULT_VARIANTS
     rounds: list[RoundResult] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # workload -> why not run
@@ -109,7 +112,8 @@ class StabilityTally:
         for v in self.variants:
             report = check_errors(errors[v], self.baseline, self.policy,
                                   expected=measured_s.keys(),
-                                  predicted_s={w: predicted_s[w][v] for w in measured_s})
+                                  predicted_s={w: predicted_s[w][v] for w in measured_s},
+                                  fit_data=self.fit_data)
             failed[v] = [verdict.workload for verdict in report.verdicts if verdict.failed]
         result = RoundResult(dict(measured_s), errors, failed)
         self.rounds.append(result)

@@ -350,7 +350,7 @@ class PerfmodelSession:
         if baseline is None:
             pytest.fail(f"no baseline at {path} to score the gate against; save one with "
                         f"--perfmodel-save-baseline", pytrace=False)
-        tally = StabilityTally(baseline, self.settings.gate_policy())
+        tally = StabilityTally(baseline, self.settings.gate_policy(), fit_data=fit.data_id)
         names = workloads_to_run(baseline, WORKLOADS)
         out = self.store.dir / "stability" / f"{self.run_id}.json"
         for _ in range(rounds):
@@ -385,9 +385,17 @@ class PerfmodelSession:
                 self.problems.append(problem)
 
     def record_e2e(self, result) -> None:
-        """Store an :class:`~perfmodel.e2e.E2EResult` and hand it to the gate."""
-        self._append(result.record(self.env))
+        """Store an :class:`~perfmodel.e2e.E2EResult` (with the id of the fit's
+        training data) and hand it to the gate."""
+        record = result.record(self.env)
+        if self._fit is not None:
+            record["fit_data"] = self._fit.data_id
+        self._append(record)
         self.e2e.append(result)
+
+    def _fit_data(self) -> str | None:
+        """The training-data id of the fit this session predicted with, if any."""
+        return self._fit.data_id if self._fit is not None else None
 
     # -- end of session ---------------------------------------------------------------
     def finish(self) -> GateOutcome:
@@ -407,7 +415,7 @@ class PerfmodelSession:
         if self.options.save_baseline:
             if errors:
                 save_baseline(path, self.device.key, errors, self.env,
-                              predicted_by_workload=predicted)
+                              predicted_by_workload=predicted, fit_data=self._fit_data())
                 self.gate.lines.append(
                     f"baseline saved to {path}: {len(errors)} workloads, "
                     f"{self.settings.baseline_runs} runs each")
@@ -425,7 +433,8 @@ class PerfmodelSession:
         report = check_errors({w: e[-1] for w, e in errors.items()}, baseline,
                               self.settings.gate_policy(), expected=self.e2e_expected,
                               device_key=self.device.key, env=self.env,
-                              predicted_s={w: p[-1] for w, p in predicted.items()})
+                              predicted_s={w: p[-1] for w, p in predicted.items()},
+                              fit_data=self._fit_data())
         self.gate.verdicts = report.verdicts
         self.gate.lines.extend(report.lines())
         self.gate.failed = report.failed

@@ -300,20 +300,24 @@ def test_baseline_errors_take_the_newest_runs_of_a_profile_without_bias():
                rec("20260103T000000Z-c", "w", 0.09), rec("20260104T000000Z-d", "w", 0.5,
                                                            bias={"linear": 1.1}),
                rec("20260105T000000Z-e", "w", 0.5, profile="smoke")]
-    errors, predicted = baseline_errors(records, "quick", last_runs=2)
+    errors, predicted, fits = baseline_errors(records, "quick", last_runs=2)
     assert errors == {"w": [pytest.approx(0.1), pytest.approx(-0.1)]}
-    assert predicted == {"w": [0.11, 0.09]}
+    assert predicted == {"w": [0.11, 0.09]} and fits == {None}
     with pytest.raises(ValueError, match="need 4 run.*the most any workload has is 3"):
         baseline_errors(records, "quick", last_runs=4)
     # a workload with fewer runs than asked for is left out, not given a zero spread
-    errors, _ = baseline_errors(records + [rec("20260106T000000Z-f", "once", 0.1)], "quick", 2)
+    errors, _, _ = baseline_errors(records + [rec("20260106T000000Z-f", "once", 0.1)], "quick", 2)
     assert set(errors) == {"w"}
 
 
 # -- prediction drift -------------------------------------------------------------------
+FIT = "0123456789abcdef"  # the training-data id of the fit the baseline predicted with
+
+
 def drift_baseline(mean_error=-0.01, predicted=(0.100, 0.101, 0.099, 0.100)):
     errors = [mean_error - 0.05, mean_error + 0.05, mean_error - 0.02, mean_error + 0.02]
-    return baseline(w=BaselineEntry.from_errors(errors, predicted))
+    return Baseline("cpu-x", {"w": BaselineEntry.from_errors(errors, predicted)}, ENV, 0.0,
+                    fit_data=FIT)
 
 
 def test_a_prediction_that_moved_and_worsens_the_expected_error_fails():
@@ -321,7 +325,7 @@ def test_a_prediction_that_moved_and_worsens_the_expected_error_fails():
     e = base.entries["w"]
     assert policy.allowed_drift(e) == pytest.approx(4 * e.predicted_spread)
     # the measured error is well inside its wide band; the prediction moved +9%
-    verdict = by_name(check_errors({"w": 0.02}, base, policy, predicted_s={"w": 0.109}))["w"]
+    verdict = by_name(check_errors({"w": 0.02}, base, policy, predicted_s={"w": 0.109}, fit_data=FIT))["w"]
     assert verdict.status == "drifted" and verdict.failed
     assert verdict.shift == pytest.approx(0.09)
     assert verdict.expected_error == pytest.approx(0.99 * 1.09 - 1)
@@ -331,10 +335,10 @@ def test_a_prediction_that_moved_and_worsens_the_expected_error_fails():
 def test_a_small_or_improving_prediction_move_passes():
     policy = GatePolicy(k=4.0, min_margin=0.01)
     base = drift_baseline()
-    assert not check_errors({"w": 0.0}, base, policy, predicted_s={"w": 0.1005}).failed
+    assert not check_errors({"w": 0.0}, base, policy, predicted_s={"w": 0.1005}, fit_data=FIT).failed
     under = drift_baseline(mean_error=-0.10)  # under-predicted: a +8% move improves it
-    assert not check_errors({"w": -0.05}, under, policy, predicted_s={"w": 0.108}).failed
-    assert check_errors({"w": -0.05}, under, policy, predicted_s={"w": 0.092}).failed
+    assert not check_errors({"w": -0.05}, under, policy, predicted_s={"w": 0.108}, fit_data=FIT).failed
+    assert check_errors({"w": -0.05}, under, policy, predicted_s={"w": 0.092}, fit_data=FIT).failed
 
 
 def test_without_predictions_only_the_error_is_checked():
@@ -344,13 +348,23 @@ def test_without_predictions_only_the_error_is_checked():
     assert not check_errors({"w": 0.01}, drift_baseline(), GatePolicy()).failed  # no predicted_s
 
 
+def test_drift_is_checked_only_on_the_baselines_training_data():
+    base = drift_baseline()
+    for other in (None, "fedcba9876543210"):  # a refit on new measurements moves predictions
+        report = check_errors({"w": 0.02}, base, GatePolicy(), predicted_s={"w": 0.2},
+                              fit_data=other)
+        assert not report.failed
+        assert any(line.startswith("note: prediction drift not checked") for line in report.lines())
+
+
 @given(st.floats(-0.3, 0.3), st.floats(-0.5, 0.5))
 @settings(max_examples=200, deadline=None)
 def test_drift_fails_exactly_when_beyond_the_band_and_worse(mean, shift):
     base = drift_baseline(mean_error=mean)
     e, policy = base.entries["w"], GatePolicy(k=4.0, min_margin=0.01)
     predicted = e.predicted_mean_s * (1 + shift)
-    verdict = by_name(check_errors({"w": mean}, base, policy, predicted_s={"w": predicted}))["w"]
+    verdict = by_name(check_errors({"w": mean}, base, policy, predicted_s={"w": predicted},
+                                    fit_data=FIT))["w"]
     expected = (1 + mean) * (1 + shift) - 1
     beyond = abs(shift) > policy.allowed_drift(e) * (1 + 1e-9)
     worse = abs(expected) > abs(mean) + 0.01 + 1e-9
@@ -365,8 +379,8 @@ def test_drift_fails_exactly_when_beyond_the_band_and_worse(mean, shift):
 def test_predictions_round_trip_through_the_file_and_are_validated(tmp_path):
     path = tmp_path / "baseline-quick.json"
     saved = save_baseline(path, "cpu-x", {"w": [0.01, 0.03]}, ENV,
-                          predicted_by_workload={"w": [0.1, 0.102]})
-    assert load_baseline(path) == saved
+                          predicted_by_workload={"w": [0.1, 0.102]}, fit_data=FIT)
+    assert load_baseline(path) == saved and saved.fit_data == FIT
     assert saved.entries["w"].predicted_s == (0.1, 0.102)
     data = json.loads(path.read_text())
     data["workloads"]["w"]["predicted_s"] = [0.1]
