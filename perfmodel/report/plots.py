@@ -284,12 +284,17 @@ def _lanes(spans: list[Span]) -> list[str]:
 
 def collectives_figure(curves: dict[tuple[str, int], list[tuple[int, float]]]) -> Figure:
     """Bus bandwidth (GB/s) against message size per rank (bytes, log x), one
-    line per (op, world size)."""
+    line per (op, world size): a colour per op, a line style per world size."""
     fig = _figure(9.0, 5.0)
     ax = fig.subplots(gridspec_kw=_margins(fig, 0.8, 0.2, 0.45, 0.6))
+    ops = sorted({op for op, _ in curves})
+    sizes_seen = sorted({ranks for _, ranks in curves})
+    styles = ["-", "--", ":", "-."]
     for (op, ranks), points in curves.items():
         sizes, busbw = zip(*points)
         ax.plot(sizes, np.array(busbw) / 1e9, marker="o", markersize=3, linewidth=1.2,
+                color=f"C{ops.index(op) % 10}",
+                linestyle=styles[sizes_seen.index(ranks) % len(styles)],
                 label=f"{op}, {ranks} ranks")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("message size per rank (bytes)", fontsize=9)
