@@ -336,7 +336,8 @@ def _cpu_model_name() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def _usable_cpus() -> int:
+def usable_cpus() -> int:
+    """CPUs this process may run on."""
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -351,7 +352,7 @@ def cpu_device_key(model_name: str | None = None, cpus: int | None = None) -> st
     "cpu-intel-xeon-gold-6248-8c". Defaults read /proc/cpuinfo and the affinity mask.
     """
     model = _cpu_model_name() if model_name is None else model_name
-    cpus = _usable_cpus() if cpus is None else cpus
+    cpus = usable_cpus() if cpus is None else cpus
     model = re.sub(r"\((r|tm|c)\)", " ", model, flags=re.IGNORECASE)
     model = re.sub(r"@.*$", " ", model)
     model = re.sub(r"\b(cpu|processor)\b", " ", model, flags=re.IGNORECASE)
@@ -502,7 +503,7 @@ def measure_cpu_spec(threads: int | None = None) -> DeviceSpec:
         mem_bandwidth_Bps=bandwidth,
         l2_bytes=l2_bytes,
         llc_bytes=llc_bytes,
-        compute_units=_usable_cpus(),
+        compute_units=usable_cpus(),
         clock_hz=_cpu_clock_hz(),
         threads=used_threads,
         source="measured",

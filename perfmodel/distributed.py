@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import socket
 import sys
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 #: Environment variables with this process's rank / world size / rank and count
@@ -72,6 +74,17 @@ def local_ranks(environ: Mapping[str, str] = os.environ) -> tuple[int, int]:
     if local_rank is None or local_size is None:
         return (world[0], world[1]) if world else (0, 1)  # assume one host
     return local_rank, local_size
+
+
+def mpiexec_path(python: str = sys.executable) -> str:
+    """The ``mpiexec`` next to ``python`` (a venv's, from the ``mpich`` package),
+    else the first on ``PATH``; FileNotFoundError when there is none."""
+    local = Path(python).with_name("mpiexec")
+    found = str(local) if local.is_file() else shutil.which("mpiexec")
+    if found is None:
+        raise FileNotFoundError("mpiexec not found (pip install mpich, or put an MPI's "
+                                "mpiexec on PATH)")
+    return found
 
 
 def threads_per_rank(cores: int, ranks_on_host: int) -> int:

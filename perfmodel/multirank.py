@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -73,9 +72,10 @@ class MultirankError(RuntimeError):
 def rank_threads(world_size: int, cores: int | None = None) -> int:
     """Torch threads of each of ``world_size`` ranks on one host sharing
     ``cores`` cores (default: those this process may run on)."""
+    from perfmodel.device import usable_cpus
     from perfmodel.distributed import threads_per_rank
 
-    return threads_per_rank(cores or len(os.sched_getaffinity(0)), world_size)
+    return threads_per_rank(cores or usable_cpus(), world_size)
 
 
 def missing_fit_message(store_dir: Path, threads: int, profile: str = "quick",
@@ -199,16 +199,6 @@ def measure_ranks(step: Callable[[], object], barrier: Callable[[], object],
 
 # -- the parent ---------------------------------------------------------------------------
 
-def mpiexec_path() -> str:
-    """The ``mpiexec`` next to this Python (a venv's, from the ``mpich`` package),
-    else the first on ``PATH``; FileNotFoundError when there is none."""
-    local = Path(sys.executable).parent / "mpiexec"
-    found = str(local) if local.is_file() else shutil.which("mpiexec")
-    if found is None:
-        raise FileNotFoundError("no mpiexec found: pip install mpich (or an MPI of your choice)")
-    return found
-
-
 def run_multirank(workload: str, world_size: int, results_root: Path, device_key: str,
                   bandwidth_B_per_s: float, profile: str = "quick", cores: int | None = None,
                   timeout_s: float = DEFAULT_TIMEOUT_S, bias: dict[str, float] | None = None
@@ -220,11 +210,13 @@ def run_multirank(workload: str, world_size: int, results_root: Path, device_key
     ranks' thread count (:func:`rank_threads`). Raises :class:`MultirankError`
     when there is no such fit (before starting any rank), or when the ranks
     fail or run past ``timeout_s``."""
+    from perfmodel.device import usable_cpus
+    from perfmodel.distributed import mpiexec_path
     from perfmodel.store import ResultStore
     from perfmodel.workloads import get_multirank_workload
 
     cfg = get_multirank_workload(workload)
-    cores = cores or len(os.sched_getaffinity(0))
+    cores = cores or usable_cpus()
     require_fit(ResultStore(Path(results_root), device_key), rank_threads(world_size, cores),
                 profile)
     with tempfile.TemporaryDirectory(prefix="perfmodel-multirank-") as tmp:

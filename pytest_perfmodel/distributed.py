@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from perfmodel.distributed import (DEFAULT_TIMEOUT_S, launcher_world, local_ranks, mpi_world,
-                                   threads_per_rank)
+                                   mpiexec_path, threads_per_rank)
 
 _SYNCED = pytest.StashKey[bool]()
 
@@ -44,11 +43,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def launch_command(ranks: int, args, python: str = sys.executable) -> list[str]:
     """``mpiexec -n ranks python -m pytest args`` with ``--perfmodel-ranks`` removed."""
-    mpiexec = Path(python).with_name("mpiexec")
-    found = str(mpiexec) if mpiexec.is_file() else shutil.which("mpiexec")
-    if found is None:
-        raise pytest.UsageError("--perfmodel-ranks: mpiexec not found (pip install mpich, "
-                                "or put an MPI's mpiexec on PATH)")
+    try:
+        found = mpiexec_path(python)
+    except FileNotFoundError as exc:
+        raise pytest.UsageError(f"--perfmodel-ranks: {exc}") from None
     kept, skip = [], False
     for arg in map(str, args):
         if skip:

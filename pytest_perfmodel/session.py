@@ -6,7 +6,6 @@ Each method is a thin call into the ``perfmodel`` library; heavy modules
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -443,4 +442,6 @@ class PerfmodelSession:
 
 def default_threads() -> int:
     """CPU threads to pin torch to: the cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    from perfmodel.device import usable_cpus
+
+    return usable_cpus()

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from perfmodel.multirank import (MultirankError, measure_ranks, mpiexec_path, oversubscription,
+from perfmodel.distributed import mpiexec_path
+from perfmodel.multirank import (MultirankError, measure_ranks, oversubscription,
                                  run_multirank)
 
 def _mpi_missing() -> str | None:

@@ -64,22 +64,22 @@ MULTIRANK_WORKLOADS: dict[str, WorkloadConfig] = {cfg.name: cfg for cfg in (
 SIZES = ("registered", "tiny", "full")
 
 
+def _lookup(registry: dict[str, WorkloadConfig], name: str, kind: str) -> WorkloadConfig:
+    try:
+        return registry[name]
+    except KeyError:
+        raise ValueError(f"unknown {kind} {name!r}: known {kind}s are "
+                         f"{', '.join(sorted(registry))}") from None
+
+
 def get_workload(name: str) -> WorkloadConfig:
     """The config of workload ``name``; ValueError listing the known ones otherwise."""
-    try:
-        return WORKLOADS[name]
-    except KeyError:
-        raise ValueError(f"unknown workload {name!r}: known workloads are "
-                         f"{', '.join(sorted(WORKLOADS))}") from None
+    return _lookup(WORKLOADS, name, "workload")
 
 
 def get_multirank_workload(name: str) -> WorkloadConfig:
     """The config of multi-rank workload ``name``; ValueError listing the known ones."""
-    try:
-        return MULTIRANK_WORKLOADS[name]
-    except KeyError:
-        raise ValueError(f"unknown multi-rank workload {name!r}: known are "
-                         f"{', '.join(sorted(MULTIRANK_WORKLOADS))}") from None
+    return _lookup(MULTIRANK_WORKLOADS, name, "multi-rank workload")
 
 
 def build_workload(name: str, device: str, seed: int = 0, size: str = "registered") -> TrainingStep:
