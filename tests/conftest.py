@@ -25,3 +25,28 @@ def planted_results(tmp_path):
             "threads": THREADS, "source": "measured"}
     (root / key / "device.json").write_text(json.dumps(spec))
     return root, key
+
+
+def tiny_mlp(inputs: int = 16, hidden: int = 32, batch: int = 8):
+    """A seeded tiny MLP with a foreach SGD optimizer and one batch: (model, opt, x, y)."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(inputs, hidden), torch.nn.ReLU(),
+                                torch.nn.Linear(hidden, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, foreach=True)
+    return model, opt, torch.randn(batch, inputs), torch.randn(batch, 1)
+
+
+def tiny_mlp_step(**sizes):
+    """One training step (zero_grad, MSE loss, backward, SGD step) of :func:`tiny_mlp`."""
+    import torch
+
+    model, opt, x, y = tiny_mlp(**sizes)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+    return step

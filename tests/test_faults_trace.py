@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from perfmodel.graph import build_graph
 from perfmodel.trace import TraceError, capture_trace, load_trace
+from tests.conftest import tiny_mlp_step
 from tests.test_faults_fuzz import mutate
 
 EXAMPLES = int(os.environ.get("PERFMODEL_FUZZ_EXAMPLES", "200"))
@@ -20,20 +21,8 @@ EXAMPLES = int(os.environ.get("PERFMODEL_FUZZ_EXAMPLES", "200"))
 @pytest.fixture(scope="module")
 def capture(tmp_path_factory):
     """A real capture of a tiny MLP training step: {"et"|"kineto"|"calibration": bytes}."""
-    import torch
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, foreach=True)
-    x, y = torch.randn(4, 8), torch.randn(4, 1)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
-
-    files = capture_trace(step, tmp_path_factory.mktemp("capture"), "mlp", iterations=2,
-                          warmup=1)
+    files = capture_trace(tiny_mlp_step(inputs=8, hidden=16, batch=4),
+                          tmp_path_factory.mktemp("capture"), "mlp", iterations=2, warmup=1)
     return Capture(et=files.et.read_bytes(), kineto=files.kineto.read_bytes(),
                    calibration=files.calibration.read_bytes())
 

@@ -6,6 +6,7 @@ import pytest
 
 import perfmodel
 from perfmodel.region import PREFIX, Region, recording
+from tests.conftest import tiny_mlp
 
 
 def test_context_manager_and_decorators_keep_names_and_results():
@@ -65,10 +66,7 @@ def traced(tmp_path_factory):
     from perfmodel.graph import build_graph
     from perfmodel.trace import capture_trace, load_trace
 
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, foreach=True)
-    x, y = torch.randn(8, 16), torch.randn(8, 1)
+    model, opt, x, y = tiny_mlp()
 
     @perfmodel.region("loss")
     def loss(out):

@@ -7,24 +7,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from perfmodel.trace import ITERATION_MARK, TraceError, capture_trace, load_trace
+from tests.conftest import tiny_mlp_step
 
 
 @pytest.fixture(scope="module")
 def mlp_trace(tmp_path_factory):
     """A real capture of two iterations of a tiny MLP training step."""
-    import torch
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, foreach=True)
-    x, y = torch.randn(8, 16), torch.randn(8, 1)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
-
-    return capture_trace(step, tmp_path_factory.mktemp("trace"), "mlp", iterations=2, warmup=1)
+    return capture_trace(tiny_mlp_step(), tmp_path_factory.mktemp("trace"), "mlp", iterations=2,
+                         warmup=1)
 
 
 def test_capture_aligns_the_et_iteration_with_kineto_timings(mlp_trace):
