@@ -26,16 +26,17 @@ def _baseline(args: argparse.Namespace) -> int:
     loaded = store.load("e2e")
     for problem in loaded.problems:
         print(f"warning: skipped {problem}", file=sys.stderr)
-    errors, predicted, fits = baseline_errors(loaded.records, args.profile, args.last)
+    chosen = baseline_errors(loaded.records, args.profile, args.last)
     runs = {r["workload"] for r in loaded.records
             if r.get("kind") == "e2e" and r.get("profile") == args.profile}
-    for workload in sorted(runs - set(errors)):
+    for workload in sorted(runs - set(chosen.errors)):
         print(f"left out {workload}: fewer than {args.last} runs", file=sys.stderr)
     env = max(loaded.records, key=lambda r: str(r.get("run_id")))["env"]
-    fit_data = _baseline_fit_data(fits, store, spec.threads)
+    fit_data = _baseline_fit_data(chosen.fits, store, spec.threads)
     path = store.baseline_path(args.profile)
-    saved = save_baseline(path, spec.key, errors, env, predicted_by_workload=predicted,
-                          fit_data=fit_data)
+    saved = save_baseline(path, spec.key, chosen.errors, env,
+                          predicted_by_workload=chosen.predicted_s, fit_data=fit_data,
+                          overhead_by_workload=chosen.overhead_s)
     for workload, entry in saved.entries.items():
         print(f"{workload:<22} mean {entry.mean:+7.2%}  spread {entry.spread:6.2%}  n {entry.n}")
     print(f"wrote {path}")

@@ -21,6 +21,20 @@ the baseline also keeps each run's predicted seconds, and a workload ``drifted``
 in the direction that makes its expected error, (1 + mean)(1 + shift) - 1, larger
 in magnitude than the baseline mean by more than ``min_margin``. A shift that makes
 the prediction better passes.
+
+Host overheads are a few per cent of an iteration on a CPU, and the overhead table
+is re-measured by every run (its prices move 7-8% sd between runs there), so a 10%
+error in the overhead model moves no prediction far enough for either check. The
+gate checks that model on its own instead: the ratio of the host-overhead seconds it
+predicts to those the same run's traces show (:func:`perfmodel.overheads.traced_gaps_s`),
+summed over the workloads, against the same ratio in each baseline run. Both sides
+move together with the machine's speed, and the ratio moved 0.8% sd over six runs of
+the ten quick workloads; it fails when it leaves its baseline mean by more than
+max(k * relative spread, min_margin).
+
+A measurement can fail the error check on its own, when load slows it down as a
+whole; :func:`error_fails` tells the caller to measure once more, and the repeat
+decides (:func:`perfmodel.e2e.measure_again`).
 The spread is taken over the signed errors because a workload predicted close to
 its measured time has errors of both signs: the spread of their magnitudes would
 understate its noise (on cpu-amd-epyc-2c, mlp_small's errors over five runs were
@@ -32,10 +46,12 @@ The baseline file (``results/<device-key>/baseline-<profile>.json``, schema 2) i
     {"schema": 2, "device_key": "cpu-...", "created_unix_s": 1.7e9, "env": {...},
      "workloads": {"mlp_small": {"mean": -0.01, "spread": 0.04, "n": 5,
                                  "errors": [-0.05, 0.03, ...],
-                                 "predicted_s": [0.0285, 0.0286, ...]}}}
+                                 "predicted_s": [0.0285, 0.0286, ...],
+                                 "overhead_s": [[0.0009, 0.0011], ...]}}}
 
 ``predicted_s`` (seconds, one per error) is optional: baselines without it get the
-error check only.
+error check only. So is ``overhead_s``: per run, the predicted and the traced
+host-overhead seconds; the i-th pairs of every workload are taken as one run.
 """
 
 from __future__ import annotations
@@ -62,7 +78,7 @@ _CONSISTENCY_ABS = 1e-12
 _TOP_KEYS = ("schema", "device_key", "created_unix_s", "env", "workloads")
 _OPTIONAL_TOP_KEYS = ("fit_data",)
 _ENTRY_KEYS = ("mean", "spread", "n", "errors")
-_OPTIONAL_ENTRY_KEYS = ("predicted_s",)
+_OPTIONAL_ENTRY_KEYS = ("predicted_s", "overhead_s")
 
 
 def _is_number(value: object) -> bool:
@@ -83,6 +99,15 @@ def _check_seconds(value: object, what: str) -> float:
     return float(value)
 
 
+def _check_overhead_pair(value: object, what: str) -> tuple[float, float]:
+    """A (predicted, traced) pair of host-overhead seconds, both >= 0."""
+    if (not isinstance(value, (list, tuple)) or len(value) != 2
+            or not all(_is_number(v) and math.isfinite(v) and v >= 0 for v in value)):
+        raise ValueError(f"{what} = {value!r} is not a [predicted, traced] pair of "
+                         f"non-negative seconds")
+    return float(value[0]), float(value[1])
+
+
 def _check_signed_error(value: object, what: str) -> float:
     """``value`` as a float when it is a finite number; ValueError otherwise."""
     if not _is_number(value) or not math.isfinite(value):
@@ -97,7 +122,8 @@ class BaselineEntry:
 
     ``mean`` is their mean and ``spread`` their sample standard deviation
     (0 when ``n == 1``); ``predicted_s`` the same runs' predicted iteration times
-    (seconds), or empty when not recorded.
+    (seconds), or empty when not recorded; ``overhead_s`` the same runs' (predicted,
+    traced) host-overhead seconds, or empty.
     """
 
     mean: float
@@ -105,12 +131,14 @@ class BaselineEntry:
     n: int
     errors: tuple[float, ...]
     predicted_s: tuple[float, ...] = ()
+    overhead_s: tuple[tuple[float, float], ...] = ()
 
     @classmethod
-    def from_errors(cls, errors: Iterable[float],
-                    predicted_s: Iterable[float] = ()) -> BaselineEntry:
-        """The entry summarising signed ``errors`` (and their runs' ``predicted_s``);
-        ValueError when empty, not finite, or the two lengths differ."""
+    def from_errors(cls, errors: Iterable[float], predicted_s: Iterable[float] = (),
+                    overhead_s: Iterable[Sequence[float]] = ()) -> BaselineEntry:
+        """The entry summarising signed ``errors`` (and their runs' ``predicted_s``
+        and ``overhead_s`` pairs); ValueError when empty, not finite, or the
+        lengths differ."""
         values = tuple(_check_signed_error(e, f"errors[{i}]") for i, e in enumerate(errors))
         if not values:
             raise ValueError("a baseline entry needs at least one E2E error; got none")
@@ -118,9 +146,13 @@ class BaselineEntry:
                           for i, p in enumerate(predicted_s))
         if predicted and len(predicted) != len(values):
             raise ValueError(f"{len(predicted)} predicted time(s) for {len(values)} error(s)")
+        overhead = tuple(_check_overhead_pair(p, f"overhead_s[{i}]")
+                         for i, p in enumerate(overhead_s))
+        if overhead and len(overhead) != len(values):
+            raise ValueError(f"{len(overhead)} overhead pair(s) for {len(values)} error(s)")
         spread = statistics.stdev(values) if len(values) > 1 else 0.0
         return cls(float(statistics.mean(values)), float(spread), len(values), values,
-                   predicted)
+                   predicted, overhead)
 
     @property
     def predicted_mean_s(self) -> float | None:
@@ -143,6 +175,8 @@ class BaselineEntry:
                "errors": list(self.errors)}
         if self.predicted_s:
             out["predicted_s"] = list(self.predicted_s)
+        if self.overhead_s:
+            out["overhead_s"] = [list(p) for p in self.overhead_s]
         return out
 
 
@@ -162,19 +196,24 @@ def save_baseline(path: Path, device_key: str,
                   errors_by_workload: Mapping[str, Sequence[float]], env: dict,
                   created_unix_s: float | None = None,
                   predicted_by_workload: Mapping[str, Sequence[float]] | None = None,
-                  fit_data: str | None = None) -> Baseline:
+                  fit_data: str | None = None,
+                  overhead_by_workload: Mapping[str, Sequence[Sequence[float]]] | None = None
+                  ) -> Baseline:
     """Write a schema-2 baseline from each workload's repeated E2E errors (fractions)
-    and, when given, the same runs' predicted times (seconds) and the id of the
-    fit's training data they were predicted with (``fit_data``).
+    and, when given, the same runs' predicted times (seconds), their (predicted,
+    traced) host-overhead seconds, and the id of the fit's training data they were
+    predicted with (``fit_data``).
 
     The write is atomic; ``created_unix_s`` defaults to now. Returns what was written.
     ValueError when a workload has no errors or a bad one.
     """
     entries = {}
     predicted = predicted_by_workload or {}
+    overhead = overhead_by_workload or {}
     for workload, errors in sorted(errors_by_workload.items()):
         try:
-            entries[workload] = BaselineEntry.from_errors(errors, predicted.get(workload, ()))
+            entries[workload] = BaselineEntry.from_errors(errors, predicted.get(workload, ()),
+                                                          overhead.get(workload, ()))
         except ValueError as exc:
             raise ValueError(f"{path}: workload {workload!r}: {exc}") from None
     created = time.time() if created_unix_s is None else float(created_unix_s)
@@ -186,39 +225,50 @@ def save_baseline(path: Path, device_key: str,
     return Baseline(device_key, entries, dict(env), created, fit_data or None)
 
 
-def baseline_errors(records: Iterable[Mapping], profile: str,
-                    last_runs: int) -> tuple[dict[str, list[float]], dict[str, list[float]],
-                                             set]:
-    """Signed E2E errors, predicted times (s), and the set of fit data ids the
-    records carry (None for records without one), of each workload in its newest
-    ``last_runs`` runs of ``profile`` (store records, see
-    :meth:`perfmodel.store.ResultStore.load`; one record per run: the last). Records
-    with a planted bias are left out, and so are workloads with fewer runs (a
-    multi-rank workload run once would get a spread of zero). ValueError when no
-    workload has ``last_runs`` runs."""
+@dataclass
+class BaselineRuns:
+    """What a baseline is saved from, per workload and in run order: signed E2E
+    errors, predicted times (s), (predicted, traced) host-overhead seconds (only for
+    workloads whose every run has them), and the set of fit data ids the records
+    carry (None for records without one)."""
+
+    errors: dict[str, list[float]] = field(default_factory=dict)
+    predicted_s: dict[str, list[float]] = field(default_factory=dict)
+    overhead_s: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    fits: set = field(default_factory=set)
+
+
+def baseline_errors(records: Iterable[Mapping], profile: str, last_runs: int) -> BaselineRuns:
+    """The :class:`BaselineRuns` of each workload's newest ``last_runs`` runs of
+    ``profile`` (store records, see :meth:`perfmodel.store.ResultStore.load`; one
+    record per run: the last). Records with a planted bias are left out, and so are
+    workloads with fewer runs (a multi-rank workload run once would get a spread of
+    zero). ValueError when no workload has ``last_runs`` runs."""
     by_workload: dict[str, dict[str, Mapping]] = {}
     for r in records:
         if r.get("kind") == "e2e" and r.get("profile") == profile and not r.get("bias"):
             by_workload.setdefault(r["workload"], {})[str(r.get("run_id"))] = r
     if last_runs < 1:
         raise ValueError(f"need at least 1 run, got {last_runs}")
-    errors: dict[str, list[float]] = {}
-    predicted: dict[str, list[float]] = {}
-    fits: set = set()
+    out = BaselineRuns()
     for workload, runs in sorted(by_workload.items()):
         if len(runs) < last_runs:
             continue
-        for run in sorted(runs)[-last_runs:]:  # run ids start with their UTC time
-            r = runs[run]
+        chosen = [runs[run] for run in sorted(runs)[-last_runs:]]  # ids start with UTC time
+        for r in chosen:
             measured = r["measured_s"]
-            errors.setdefault(workload, []).append((r["predicted_s"] - measured) / measured)
-            predicted.setdefault(workload, []).append(r["predicted_s"])
-            fits.add(r.get("fit_data"))
-    if not errors:
+            out.errors.setdefault(workload, []).append((r["predicted_s"] - measured) / measured)
+            out.predicted_s.setdefault(workload, []).append(r["predicted_s"])
+            out.fits.add(r.get("fit_data"))
+        if all(r.get("traced_gaps_s") is not None for r in chosen):
+            out.overhead_s[workload] = [
+                ((r.get("breakdown_s") or {}).get("host overhead", 0.0), r["traced_gaps_s"])
+                for r in chosen]
+    if not out.errors:
         most = max((len(runs) for runs in by_workload.values()), default=0)
         raise ValueError(f"need {last_runs} run(s) of profile {profile!r} with e2e results "
                          f"and no planted bias; the most any workload has is {most}")
-    return errors, predicted, fits
+    return out
 
 
 def load_baseline(path: Path) -> Baseline | None:
@@ -325,7 +375,13 @@ def _entry_from_dict(name: str, raw: object) -> BaselineEntry:
                          f"{n} predicted time(s)")
     predicted = tuple(_check_seconds(p, f"'{where}.predicted_s[{i}]'")
                       for i, p in enumerate(raw_predicted))
-    return BaselineEntry(mean, spread, n, values, predicted)
+    raw_overhead = raw.get("overhead_s", [])
+    if not isinstance(raw_overhead, list) or (raw_overhead and len(raw_overhead) != n):
+        raise ValueError(f"'{where}.overhead_s' = {raw_overhead!r} is not a list of "
+                         f"{n} [predicted, traced] pair(s)")
+    overhead = tuple(_check_overhead_pair(p, f"'{where}.overhead_s[{i}]'")
+                     for i, p in enumerate(raw_overhead))
+    return BaselineEntry(mean, spread, n, values, predicted, overhead)
 
 
 # -- verdicts ----------------------------------------------------------------------------
@@ -439,33 +495,104 @@ def _k_text(k: float) -> str:
 
 
 @dataclass(frozen=True)
-class GateReport:
-    """Verdicts sorted by workload, plus ``WARN`` (and ``note``) lines about the
-    comparison itself."""
+class OverheadVerdict:
+    """The host-overhead model's check: predicted over traced host-overhead seconds,
+    summed over ``workloads``, in this run (``ratio``) and in each baseline run
+    (``baseline_ratios``)."""
 
-    verdicts: list[Verdict]
-    warnings: list[str]
+    workloads: tuple[str, ...]
+    ratio: float
+    baseline_ratios: tuple[float, ...]
+    policy: GatePolicy
+
+    @property
+    def mean(self) -> float:
+        return statistics.mean(self.baseline_ratios)
+
+    @property
+    def spread(self) -> float:
+        """Sample sd of the baseline's ratios relative to their mean (a fraction)."""
+        return statistics.stdev(self.baseline_ratios) / self.mean
+
+    @property
+    def shift(self) -> float:
+        """This run's ratio relative to the baseline's mean, minus 1 (a fraction)."""
+        return self.ratio / self.mean - 1
+
+    @property
+    def allowed(self) -> float:
+        """The largest passing |shift| (a fraction)."""
+        return max(self.policy.k * self.spread, self.policy.min_margin)
 
     @property
     def failed(self) -> bool:
-        return any(v.failed for v in self.verdicts)
+        return abs(self.shift) > self.allowed
+
+    def line(self) -> str:
+        verb = "FAIL" if self.failed else "ok  "
+        return (f"{verb} host-overhead model: predicts {self.ratio:.3f}x the traced host "
+                f"overheads of {len(self.workloads)} workload(s), baseline {self.mean:.3f}x: "
+                f"{self.shift:+.2%} (allowed ±{self.allowed:.2%})")
+
+
+def overhead_check(overhead_s: Mapping[str, Sequence[float]], baseline: Baseline,
+                   policy: GatePolicy) -> OverheadVerdict | None:
+    """Judge this run's (predicted, traced) host-overhead seconds per workload
+    against the baseline runs' pairs of the same workloads (the newest ``m`` pairs of
+    each, ``m`` the fewest any of them has; the i-th pairs make one run). None when
+    fewer than two baseline runs or no traced overhead can be compared."""
+    pairs = {w: _check_overhead_pair(p, f"overhead_s[{w!r}]") for w, p in overhead_s.items()}
+    common = tuple(sorted(w for w in pairs if w in baseline.entries
+                          and baseline.entries[w].overhead_s))
+    if not common:
+        return None
+    runs = min(len(baseline.entries[w].overhead_s) for w in common)
+    ratios = []
+    for i in range(-runs, 0):
+        predicted = sum(baseline.entries[w].overhead_s[i][0] for w in common)
+        traced = sum(baseline.entries[w].overhead_s[i][1] for w in common)
+        if traced > 0 and predicted > 0:
+            ratios.append(predicted / traced)
+    traced = sum(pairs[w][1] for w in common)
+    if len(ratios) < 2 or traced <= 0:
+        return None
+    return OverheadVerdict(common, sum(pairs[w][0] for w in common) / traced,
+                           tuple(ratios), policy)
+
+
+@dataclass(frozen=True)
+class GateReport:
+    """Verdicts sorted by workload, the host-overhead model's verdict (None when not
+    checked), plus ``WARN`` (and ``note``) lines about the comparison itself."""
+
+    verdicts: list[Verdict]
+    warnings: list[str]
+    overhead: OverheadVerdict | None = None
+
+    @property
+    def failed(self) -> bool:
+        return (any(v.failed for v in self.verdicts)
+                or (self.overhead is not None and self.overhead.failed))
 
     def lines(self) -> list[str]:
-        """Warnings first, then one line per verdict."""
-        return [*self.warnings, *(v.line() for v in self.verdicts)]
+        """Warnings first, then one line per verdict, then the overhead model's."""
+        tail = [self.overhead.line()] if self.overhead is not None else []
+        return [*self.warnings, *(v.line() for v in self.verdicts), *tail]
 
 
 def check_errors(errors: Mapping[str, float], baseline: Baseline, policy: GatePolicy,
                  expected: Iterable[str] = (), device_key: str | None = None,
                  env: Mapping | None = None,
                  predicted_s: Mapping[str, float] | None = None,
-                 fit_data: str | None = None) -> GateReport:
+                 fit_data: str | None = None,
+                 overhead_s: Mapping[str, Sequence[float]] | None = None) -> GateReport:
     """Judge each workload's signed E2E error (fraction) against ``baseline`` under
     ``policy``, and, where ``predicted_s`` (seconds) and the baseline's predictions
     are both there and this run's fit was trained on the same measurements as the
     baseline's (``fit_data`` equals ``baseline.fit_data``), its prediction's drift:
     a fit on other data moves predictions by itself, and that is for the error
-    check to judge.
+    check to judge. ``overhead_s`` (workload -> (predicted, traced) host-overhead
+    seconds) feeds the overhead model's check (:func:`overhead_check`).
 
     Workloads in ``expected`` that the baseline has but ``errors`` lacks are reported
     ``missing``; baseline workloads not expected (deselected) are not reported.
@@ -485,7 +612,19 @@ def check_errors(errors: Mapping[str, float], baseline: Baseline, policy: GatePo
     verdicts += [Verdict(w, "missing", None, baseline.entries[w], policy)
                  for w in set(expected) if w in baseline.entries and w not in errors]
     verdicts.sort(key=lambda v: v.workload)
-    return GateReport(verdicts, _warnings(baseline, device_key, env) + notes)
+    overhead = overhead_check(overhead_s, baseline, policy) if overhead_s else None
+    if overhead_s and overhead is None:
+        notes.append("note: host-overhead model not checked: the baseline has fewer than "
+                     "two runs with traced overheads of these workloads (re-save it)")
+    return GateReport(verdicts, _warnings(baseline, device_key, env) + notes, overhead)
+
+
+def error_fails(workload: str, error: float, baseline: Baseline, policy: GatePolicy) -> bool:
+    """Whether a signed E2E ``error`` (fraction) alone fails the gate for
+    ``workload`` (above its allowed error or its ceiling): the cue to measure once
+    more before the gate decides (see the module docstring)."""
+    verdict = _judge(workload, error, baseline.entries.get(workload), policy)
+    return verdict.status in ("regressed", "over_ceiling")
 
 
 def _judge(workload: str, error: float, entry: BaselineEntry | None,

@@ -109,6 +109,20 @@ def samples_from_graph(workload: str, graph: Graph, bandwidth_B_per_s: float) ->
     return out
 
 
+def traced_gaps_s(graph: Graph) -> float:
+    """The host-overhead seconds ``graph``'s trace shows, counted robustly: per
+    taxonomy key, the number of its gaps times their median (the profiler's cost
+    per gap taken out, floored at 0, as :func:`samples_from_graph` does). One
+    iteration's sum of raw gaps is dominated by a few hiccups; this is what the
+    overhead table, which prices every gap at its key's median, is checked
+    against (see :mod:`perfmodel.gate`)."""
+    by_key: dict[str, list[float]] = {}
+    for task in graph.tasks:
+        if task.kind == "overhead" and task.measured_s is not None:
+            _add(by_key, task.name, max(0.0, task.measured_s - graph.profiler_overhead_s))
+    return sum(len(v) * statistics.median(v) for v in by_key.values())
+
+
 def _add(table: dict[str, list[float]], key: str, value: float) -> None:
     table.setdefault(key, []).append(float(value))
 

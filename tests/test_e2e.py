@@ -103,3 +103,16 @@ def test_planted_bias_scales_one_op_and_the_overheads():
     assert biased.breakdown_s["gemm"] == pytest.approx(1.1e-5)
     assert biased.breakdown_s["elementwise"] == pytest.approx(1e-5)
     assert biased.breakdown_s["host overhead"] == pytest.approx(4e-5)
+
+
+def test_measure_again_keeps_the_first_median():
+    from perfmodel.e2e import measure_again
+
+    calls = []
+    first = E2EResult("w", IterationTiming(0.2, 0.01, 5, 2, 40.0), predicted_s=0.15)
+    again = measure_again(first, lambda: calls.append(1), 8, "cpu", profile="smoke")
+    assert len(calls) == 2 + 5 * 2  # warmup, then repeat x number
+    assert again.first_measured_s == 0.2 and again.measured.repeat == 5
+    assert again.predicted_s == 0.15 and again.workload == "w"
+    record = again.record({})
+    assert record["first_measured_s"] == 0.2 and record["measured_s"] == again.measured.median_s

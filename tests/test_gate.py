@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from perfmodel.gate import (BASELINE_SCHEMA, Baseline, BaselineEntry, GatePolicy, check_errors,
-                            load_baseline, save_baseline)
+                            error_fails, load_baseline, overhead_check, save_baseline)
 
 DETERMINISTIC = settings(derandomize=True, database=None, deadline=None, max_examples=200,
                          suppress_health_check=[HealthCheck.too_slow])
@@ -300,14 +300,29 @@ def test_baseline_errors_take_the_newest_runs_of_a_profile_without_bias():
                rec("20260103T000000Z-c", "w", 0.09), rec("20260104T000000Z-d", "w", 0.5,
                                                            bias={"linear": 1.1}),
                rec("20260105T000000Z-e", "w", 0.5, profile="smoke")]
-    errors, predicted, fits = baseline_errors(records, "quick", last_runs=2)
-    assert errors == {"w": [pytest.approx(0.1), pytest.approx(-0.1)]}
-    assert predicted == {"w": [0.11, 0.09]} and fits == {None}
+    chosen = baseline_errors(records, "quick", last_runs=2)
+    assert chosen.errors == {"w": [pytest.approx(0.1), pytest.approx(-0.1)]}
+    assert chosen.predicted_s == {"w": [0.11, 0.09]} and chosen.fits == {None}
+    assert chosen.overhead_s == {}  # these records carry no traced overheads
     with pytest.raises(ValueError, match="need 4 run.*the most any workload has is 3"):
         baseline_errors(records, "quick", last_runs=4)
     # a workload with fewer runs than asked for is left out, not given a zero spread
-    errors, _, _ = baseline_errors(records + [rec("20260106T000000Z-f", "once", 0.1)], "quick", 2)
-    assert set(errors) == {"w"}
+    chosen = baseline_errors(records + [rec("20260106T000000Z-f", "once", 0.1)], "quick", 2)
+    assert set(chosen.errors) == {"w"}
+
+
+def test_baseline_errors_keep_overhead_pairs_only_when_every_run_has_them():
+    from perfmodel.gate import baseline_errors
+
+    def rec(run, workload, traced):
+        return {"kind": "e2e", "run_id": run, "profile": "quick", "workload": workload,
+                "measured_s": 0.1, "predicted_s": 0.1, "bias": {},
+                "breakdown_s": {"host overhead": 0.002, "gemm": 0.098}, "traced_gaps_s": traced}
+
+    records = [rec("20260101T000000Z-a", "w", 0.0021), rec("20260102T000000Z-b", "w", 0.0019),
+               rec("20260101T000000Z-a", "old", None), rec("20260102T000000Z-b", "old", 0.002)]
+    chosen = baseline_errors(records, "quick", last_runs=2)
+    assert chosen.overhead_s == {"w": [(0.002, 0.0021), (0.002, 0.0019)]}
 
 
 # -- prediction drift -------------------------------------------------------------------
@@ -391,3 +406,91 @@ def test_predictions_round_trip_through_the_file_and_are_validated(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError, match=r"predicted_s\[1\]"):
         load_baseline(path)
+
+
+# -- the host-overhead model ----------------------------------------------------------------
+def overhead_baseline(ratios_w=(1.0, 1.02, 0.98, 1.0), ratios_v=(2.0, 2.0, 2.0, 2.0)):
+    """Two workloads whose per-run (predicted, traced) pairs have the given ratios:
+    w traced 1 ms, v traced 3 ms."""
+    errors = [0.0, 0.01, -0.01, 0.0]
+    return Baseline("cpu-x", {
+        "w": BaselineEntry.from_errors(errors, overhead_s=[(r * 1e-3, 1e-3) for r in ratios_w]),
+        "v": BaselineEntry.from_errors(errors, overhead_s=[(r * 3e-3, 3e-3) for r in ratios_v]),
+    }, ENV, 0.0)
+
+
+def test_the_overhead_check_pools_workloads_per_run():
+    base, policy = overhead_baseline(), GatePolicy(k=4.0, min_margin=0.01)
+    # baseline run i: (w_i * 1 + 2 * 3) / 4 ms
+    expected = [(r + 6.0) / 4.0 for r in (1.0, 1.02, 0.98, 1.0)]
+    quiet = {"w": (1.0e-3, 1e-3), "v": (6e-3, 3e-3)}
+    report = check_errors({"w": 0.0, "v": 0.0}, base, policy, overhead_s=quiet)
+    assert report.overhead.baseline_ratios == pytest.approx(expected)
+    assert report.overhead.workloads == ("v", "w")
+    assert not report.failed and report.lines()[-1].startswith("ok   host-overhead model")
+    # the model prices every gap 10% higher: both workloads' predictions move
+    biased = {w: (p * 1.1, t) for w, (p, t) in quiet.items()}
+    report = check_errors({"w": 0.0, "v": 0.0}, base, policy, overhead_s=biased)
+    assert report.failed and report.overhead.shift == pytest.approx(0.1, rel=1e-3)
+    line = report.lines()[-1]
+    assert line.startswith("FAIL host-overhead model: predicts 1.925x the traced host "
+                           "overheads of 2 workload(s), baseline 1.750x: +10.00%"), line
+    assert all(v.status == "ok" for v in report.verdicts)  # the errors themselves passed
+
+
+def test_the_overhead_check_needs_two_baseline_runs_of_the_same_workloads():
+    base, policy = overhead_baseline(), GatePolicy()
+    report = check_errors({"x": 0.0}, base, policy, overhead_s={"x": (1e-3, 1e-3)})
+    assert report.overhead is None
+    assert any(line.startswith("note: host-overhead model not checked") for line in report.lines())
+    one_run = Baseline("cpu-x", {"w": BaselineEntry.from_errors([0.0], overhead_s=[(1, 1)])},
+                       ENV, 0.0)
+    assert check_errors({"w": 0.0}, one_run, policy, overhead_s={"w": (5, 1)}).overhead is None
+    assert check_errors({"w": 0.0}, base, policy, overhead_s={"w": (1e-3, 0.0)}).overhead is None
+    with pytest.raises(ValueError, match=r"overhead_s\['w'\] = \(-1, 1\)"):
+        check_errors({"w": 0.0}, base, policy, overhead_s={"w": (-1, 1)})
+
+
+@given(st.lists(st.floats(0.5, 2.0), min_size=2, max_size=8), st.floats(0.2, 5.0),
+       st.floats(1e-6, 1.0))
+@DETERMINISTIC
+def test_the_overhead_check_fails_exactly_beyond_its_band(ratios, factor, traced):
+    base = Baseline("cpu-x", {"w": BaselineEntry.from_errors(
+        [0.0] * len(ratios), overhead_s=[(r * traced, traced) for r in ratios])}, ENV, 0.0)
+    policy = GatePolicy(k=3.0, min_margin=0.01)
+    mean = sum(ratios) / len(ratios)
+    verdict = overhead_check({"w": (mean * factor * traced, traced)}, base, policy)
+    allowed = max(3.0 * statistics.stdev(ratios) / mean, 0.01)
+    assert verdict.shift == pytest.approx(factor - 1, rel=1e-6, abs=1e-9)
+    if abs(factor - 1) > allowed * (1 + 1e-6):
+        assert verdict.failed
+    elif abs(factor - 1) < allowed * (1 - 1e-6):
+        assert not verdict.failed
+
+
+def test_overhead_pairs_round_trip_through_the_file_and_are_validated(tmp_path):
+    path = tmp_path / "baseline-quick.json"
+    saved = save_baseline(path, "cpu-x", {"w": [0.01, 0.03]}, ENV,
+                          overhead_by_workload={"w": [(0.001, 0.0011), (0.0012, 0.0011)]})
+    assert load_baseline(path) == saved
+    assert saved.entries["w"].overhead_s == ((0.001, 0.0011), (0.0012, 0.0011))
+    data = json.loads(path.read_text())
+    for bad, match in (([[0.001, 0.001]], r"overhead_s.*not a list of 2"),
+                       ([[0.001, 0.001], [0.001]], r"overhead_s\[1\]"),
+                       ([[0.001, 0.001], [0.001, float("nan")]], r"not plain JSON"),
+                       ([[0.001, 0.001], "x"], r"overhead_s\[1\]")):
+        data["workloads"]["w"]["overhead_s"] = bad
+        path.write_text(json.dumps(data))
+        with pytest.raises(ValueError, match=match):
+            load_baseline(path)
+
+
+def test_error_fails_is_the_error_check_alone():
+    base = drift_baseline()  # mean -1%, spread about 4.3%
+    policy = GatePolicy(k=3.0, min_margin=0.01)
+    allowed = policy.allowed(base.entries["w"])
+    assert not error_fails("w", allowed * 0.99, base, policy)
+    assert error_fails("w", -allowed * 1.01, base, policy)
+    assert not error_fails("new", 5.0, base, policy)  # no baseline entry: never a failure
+    ceiling = GatePolicy(k=3.0, min_margin=0.01, ceilings={"w": 0.02})
+    assert error_fails("w", 0.03, base, ceiling)

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfmodel.graph import build_graph, match_node
+from perfmodel.graph import Graph, Task, build_graph, match_node
 from perfmodel.overheads import (load_samples, samples_from_graph, save_samples,
-                                 table_from_samples)
+                                 table_from_samples, traced_gaps_s)
 from perfmodel.predict import predict_graph
 from perfmodel.simulate import SimTask, critical_path, simulate
 from perfmodel.trace import TraceNode, capture_trace, load_trace
@@ -74,6 +74,27 @@ def test_overhead_table_roundtrip_and_fallbacks(graph, tmp_path):
     assert table.gap("T1.iteration.never_seen") == table.gaps["T1.iteration"]
     assert table.gap("T9") == 0.0
     assert table.leaf_cost("no such op", 1e9) == pytest.approx(table.leaf_default_s + 0.1)
+
+
+def test_traced_gaps_count_each_key_at_its_median():
+    gap = lambda key, s: Task("overhead", key, "host overhead", measured_s=s)  # noqa: E731
+    tasks = [gap("T1.op.op", 3e-6), gap("T1.op.op", 5e-6), gap("T1.op.op", 400e-6),  # a hiccup
+             gap("T2.op", 2e-6), gap("T2.op", None),  # untimed: not counted
+             Task("unmodelled", "aten::view", "unmodelled", measured_s=1.0)]
+    # profiler cost 1 us per gap taken out: T1 median 4 us x 3, T2 1 us x 1
+    assert traced_gaps_s(Graph(tasks, 1.0, 1e-6)) == pytest.approx(13e-6)
+    assert traced_gaps_s(Graph([], None)) == 0.0
+
+
+@given(st.lists(st.tuples(st.sampled_from(["T1.op.op", "T2.op", "T3.op"]),
+                          st.floats(0, 1e-3)), max_size=60), st.floats(0, 1e-5))
+def test_table_from_one_trace_prices_its_own_gaps_exactly(gaps, delta):
+    """A table built from one graph alone predicts its traced gaps (robust count)."""
+    tasks = [Task("overhead", key, "host overhead", measured_s=s) for key, s in gaps]
+    g = Graph(tasks, 1.0, delta)
+    table = table_from_samples([samples_from_graph("g", g, BANDWIDTH)], BANDWIDTH)
+    predicted = predict_graph(g, None, table).breakdown_s.get("host overhead", 0.0)
+    assert predicted == pytest.approx(traced_gaps_s(g), rel=1e-9, abs=1e-15)
 
 
 def test_leaf_line_fits_size_dependence_and_falls_back():

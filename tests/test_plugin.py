@@ -78,6 +78,34 @@ def test_gate_fails_on_planted_regression(pytester, planted_results):
     out.assert_outcomes(passed=1)
 
 
+def test_a_failing_error_is_measured_again_before_the_gate_decides(pytester, planted_results):
+    results, key = planted_results
+    plant_baseline(results, key, BASE)
+    pytester.makepyfile("""
+import pytest
+from perfmodel.e2e import E2EResult, IterationTiming
+
+@pytest.mark.e2e
+def test_planted(perfmodel_session):
+    calls = []
+    # 100 ms measured for 200 ms predicted: +100%, far outside the baseline
+    first = E2EResult("mlp_small", IterationTiming(0.1, 0.001, 15, 3, 2560.0), 0.2)
+    again = perfmodel_session.confirm_e2e(first, lambda: calls.append(1), 8)
+    assert len(calls) == 2 + 5 * 2  # the smoke profile's warmup + repeat x number
+    assert again.first_measured_s == 0.1 and again.measured.repeat == 5
+    perfmodel_session.record_e2e(again)
+""")
+    out = run(pytester, results, "-m", "e2e")
+    assert out.ret == pytest.ExitCode.TESTS_FAILED  # an empty step is no closer to 200 ms
+    out.stdout.fnmatch_lines(["mlp_small: E2E error +100.00% failed the gate's error check, "
+                              "so it was measured again: * (the repeat decides)",
+                              "FAIL mlp_small: E2E error *"])
+    records = [json.loads(line) for path in (results / key / "runs").glob("*.jsonl")
+               for line in path.read_text().splitlines()]
+    e2e = [r for r in records if r.get("kind") == "e2e"]
+    assert len(e2e) == 1 and e2e[0]["first_measured_s"] == 0.1
+
+
 def test_spread_multiplier_and_ceiling_come_from_pyproject(pytester, planted_results):
     results, key = planted_results
     plant_baseline(results, key, BASE)

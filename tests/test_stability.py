@@ -121,12 +121,61 @@ def test_each_variant_is_predicted_with_its_own_bias(monkeypatch):
     class Fake:
         def __init__(self, bias):
             self.total_s = 1.0 * bias.get("linear", 1.0) * bias.get("overhead", 1.0)
+            self.breakdown_s = {"host overhead": 0.1 * bias.get("overhead", 1.0)}
 
     monkeypatch.setattr(perfmodel.predict, "predict_graph",
                         lambda graph, fit, table, on_device, keep_timeline, bias: Fake(bias))
     out = predict_variants(None, None, None, False, DEFAULT_VARIANTS)
-    assert out == {"none": 1.0, "linear=1.1": 1.1, "linear=1.05": 1.05, "overhead=1.1": 1.1,
-                   "overhead=1.05": 1.05}
+    expected = {"none": (1.0, 0.1), "linear=1.1": (1.1, 0.1), "linear=1.05": (1.05, 0.1),
+                "overhead=1.1": (1.1, 0.11), "overhead=1.05": (1.05, 0.105)}
+    assert out.keys() == expected.keys()
+    for v, pair in expected.items():
+        assert out[v] == pytest.approx(pair)
+
+
+def test_a_failing_error_is_measured_again_and_the_repeat_decides():
+    calls = []
+
+    def remeasure(workload):
+        calls.append(workload)
+        return 1.0  # the repeat is quiet
+
+    tally = StabilityTally(BASELINE, POLICY)
+    # a's measurement was slowed by load: 1.25 s for a prediction of 1.0 s (-20%)
+    result = tally.add_round({"a": 1.25, "b": 1.0}, predicted(0.0, 0.10, 0.08, 0.005),
+                             remeasure=remeasure)
+    # once per workload, however many variants failed: a (every variant), b (+18% under
+    # linear=1.1 against an allowed 11%)
+    assert calls == ["a", "b"]
+    assert result.remeasured_s == {"a": 1.0, "b": 1.0}
+    assert result.failed["none"] == []
+    assert result.errors["none"]["a"] == pytest.approx(0.0)
+    assert result.failed["linear=1.1"] == ["a", "b"]  # +8% fails against the repeat too
+
+    tally = StabilityTally(BASELINE, POLICY)  # a repeat that is slow again fails
+    result = tally.add_round({"a": 1.25, "b": 1.0}, predicted(0.0, 0.10, 0.08, 0.005),
+                             remeasure=lambda w: 1.3)
+    assert result.failed["none"] == ["a"]
+
+
+def test_the_overhead_model_is_checked_per_variant():
+    errors = [0.0, 0.0, 0.0]
+    base = Baseline("cpu-test-1c", {
+        "a": BaselineEntry.from_errors(errors, overhead_s=[(1.0, 1.0), (1.01, 1.0), (0.99, 1.0)]),
+    }, {})
+    tally = StabilityTally(base, POLICY)
+    overhead = {"a": {v: (1.0 * variant_bias(v).get("overhead", 1.0), 1.0)
+                      for v in DEFAULT_VARIANTS}}
+    result = tally.add_round({"a": 1.0}, {"a": {v: 1.0 for v in DEFAULT_VARIANTS}}, overhead)
+    # allowed: 3 x 1% sd = 3%; x1.1 and x1.05 leave it, none and linear do not
+    assert result.failed == {"none": [], "linear=1.1": [], "linear=1.05": [],
+                             "overhead=1.1": ["host-overhead model"],
+                             "overhead=1.05": ["host-overhead model"]}
+    assert result.overhead_ratio["overhead=1.1"] == pytest.approx(1.1)
+    assert tally.workload_failures("overhead=1.1") == {"a": 0, "host-overhead model": 1}
+    text = "\n".join(tally.lines())
+    assert "host-overhead model, predicted/traced (median of rounds): none 1.000x" in text
+    assert "measured again after an error-check failure: 0 time(s)" in text
 
 
 def test_only_registered_baseline_workloads_run():
