@@ -21,9 +21,13 @@ _MAX_FLOPS = {"smoke": 2e6, "quick": 5e7, "full": 2e10}
 #: Largest channel count and spatial size drawn, per profile.
 _MAX_CHANNELS = {"smoke": 16, "quick": 256, "full": 2048}
 _MAX_BATCH = {"smoke": 2, "quick": 16, "full": 128}
+#: Largest input drawn (elements), per profile.
+_MAX_INPUT_ELEMENTS = {"smoke": 4096, "quick": 1 << 21, "full": 1 << 26}
 #: Kinds of conv cycled through, so every profile has dense, pointwise (1×1),
 #: depthwise and grouped ones, the layers of ResNet- and MobileNet-style nets.
 _KINDS = ("dense", "pointwise", "depthwise", "grouped")
+#: Share of configs whose spatial dims are all equal, as in CNNs' square images.
+_SQUARE = 0.75
 
 
 def out_size(size: int, r: int, stride: int, pad: int, dil: int) -> int:
@@ -72,8 +76,15 @@ class _Conv(OpDef):
         cfg = {"N": log_uniform_ints(rng, 1, _MAX_BATCH[profile]), "C": c, "K": k, "R": r,
                "STRIDE": rng.choice((1, 1, 2)), "PAD": rng.choice((0, dil * (r // 2))),
                "DIL": dil, "GROUPS": g}
+        # the input's size is drawn log-uniformly, then shared out: per-dim draws
+        # multiply to mostly small inputs, below the activations of real CNNs
+        elements = log_uniform_ints(rng, 16, _MAX_INPUT_ELEMENTS[profile])
+        top = self.max_spatial[profile]
+        side = (elements / (cfg["N"] * c)) ** (1 / len(self.spatial))
+        square = rng.random() < _SQUARE
         for s in self.spatial:
-            cfg[s] = log_uniform_ints(rng, 2, self.max_spatial[profile])
+            aspect = 1.0 if square else 2 ** rng.uniform(-1.5, 1.5)
+            cfg[s] = max(2, min(top, round(side * aspect)))
         return cfg
 
     extra_feature_names = ("depthwise", "pointwise", "output_elements", "channels_per_group")
