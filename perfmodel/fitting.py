@@ -198,11 +198,14 @@ class FitReport:
 
 def samples_from_records(records: Iterable[dict]) -> dict[tuple[str, str], list[Sample]]:
     """Group measurement records by (op, direction)."""
+    from perfmodel.ops import OPS
+
     grouped: dict[tuple[str, str], list[Sample]] = {}
     for r in records:
         if r.get("kind") != "measurement":
             continue
-        params = tuple(sorted((k, int(v)) for k, v in r["config"].items()))
+        config = OPS[r["op"]].complete_config(r["config"]) if r["op"] in OPS else r["config"]
+        params = tuple(sorted((k, int(v)) for k, v in config.items()))
         grouped.setdefault((r["op"], r["direction"]), []).append(
             Sample(r["dtype"], params, float(r["measurement"]["median_s"]),
                    str(r.get("run_id")), int(r["replicate"])))

@@ -170,6 +170,9 @@ def test_match_reads_conv_scalars_and_sdpa_causality():
         "values": [[], [], [], None, 0.0, True, None, False]}, {})
     op, params, dtype = match_node(sdpa)
     assert op.name == "sdpa" and dtype == "bfloat16" and params["CAUSAL"] == 1
+    assert params["DROPOUT"] == 0
+    sdpa.inputs["values"][4] = 0.1  # dropout_p of a model in training
+    assert match_node(sdpa)[1] == {"B": 2, "H": 4, "S": 16, "DH": 8, "CAUSAL": 1, "DROPOUT": 1}
 
 
 _task = st.builds(

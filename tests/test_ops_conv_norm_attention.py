@@ -77,9 +77,10 @@ def test_runner_output_shapes_match_the_config():
     dw = dict(p, C=6, GROUPS=6)
     grads = conv.make_runner(dw, "float32", "backward", "cpu")()
     assert [tuple(g.shape) for g in grads] == [(2, 6, 9, 7), (6, 1, 3, 3), (6,)]
-    q = get_op("sdpa").make_runner({"B": 2, "H": 3, "S": 5, "DH": 8, "CAUSAL": 1},
-                                   "bfloat16", "forward", "cpu")()
-    assert tuple(q.shape) == (2, 3, 5, 8)
+    for dropout in (0, 1):
+        q = get_op("sdpa").make_runner({"B": 2, "H": 3, "S": 5, "DH": 8, "CAUSAL": 1,
+                                        "DROPOUT": dropout}, "bfloat16", "forward", "cpu")()
+        assert tuple(q.shape) == (2, 3, 5, 8)
 
 
 def test_invalid_batch_norm_config_is_refused():
@@ -95,10 +96,23 @@ dims = st.integers(1, 4096)
 def test_sdpa_work(data):
     op = get_op("sdpa")
     p = {k: data.draw(dims, label=k) for k in ("B", "H", "S", "DH")}
-    full, causal = dict(p, CAUSAL=0), dict(p, CAUSAL=1)
+    full, causal = dict(p, CAUSAL=0, DROPOUT=0), dict(p, CAUSAL=1, DROPOUT=0)
     assert op.flops(full, "forward") == 2 * op.flops(causal, "forward")
     assert op.flops(full, "backward") == 2.5 * op.flops(full, "forward")
     assert op.bytes_moved(full, "float32", "forward") == op.bytes_moved(causal, "float32", "forward")
+    # dropout runs the unfused path: the S×S scores are written and read again
+    dropped = dict(full, DROPOUT=1)
+    assert op.flops(dropped, "forward") == op.flops(full, "forward")
+    assert (op.bytes_moved(dropped, "float32", "forward") - op.bytes_moved(full, "float32", "forward")
+            == 4 * 2 * 4 * p["B"] * p["H"] * p["S"] ** 2)
+
+
+def test_sdpa_configs_cross_causal_with_dropout_and_old_records_had_none():
+    op = get_op("sdpa")
+    for profile in ("smoke", "quick"):
+        kinds = {(c["CAUSAL"], c["DROPOUT"]) for c in op.configs(profile)}
+        assert kinds == {(0, 0), (1, 0), (0, 1), (1, 1)}, profile
+    assert op.complete_config({"B": 1, "H": 1, "S": 8, "DH": 8, "CAUSAL": 0})["DROPOUT"] == 0
 
 
 @settings(max_examples=200, deadline=None)

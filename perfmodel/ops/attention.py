@@ -20,16 +20,25 @@ _HEAD_DIMS = (8, 16, 32, 64, 80, 96, 128, 256)
 #: Backward FLOP over forward FLOP: the backward recomputes QKᵀ and runs four
 #: more matmuls of the same size (dV, dP, dQ, dK), 5 against the forward's 2.
 BACKWARD_FLOP_RATIO = 2.5
+#: The dropout probability a ``DROPOUT = 1`` config runs with (models use 0.1).
+DROPOUT_P = 0.1
+#: S×S tensors the unfused (math) path writes and reads again per call when
+#: dropout is on: scores, softmax, dropout mask, dropped probabilities.
+MATH_SCORE_TENSORS = 4
 
 
 class Sdpa(OpDef):
-    """``F.scaled_dot_product_attention(q, k, v, is_causal=CAUSAL)`` with q, k, v
-    all B×H×S×DH (no explicit mask, no dropout). ``CAUSAL`` is 0 or 1."""
+    """``F.scaled_dot_product_attention(q, k, v, is_causal=CAUSAL,
+    dropout_p=0.1 if DROPOUT else 0)`` with q, k, v all B×H×S×DH (no explicit
+    mask). ``CAUSAL`` and ``DROPOUT`` are 0 or 1: dropout in training sends the CPU
+    to the unfused math path, about 10x slower forward than the fused kernel at
+    B=8, H=4, S=128, DH=32 (GPT-2's attention here)."""
 
     name = "sdpa"
     family = "attention"
-    params = ("B", "H", "S", "DH", "CAUSAL")
+    params = ("B", "H", "S", "DH", "CAUSAL", "DROPOUT")
     monotone_params = ("B", "H", "S", "DH")
+    param_defaults = {"DROPOUT": 0}  # measured before DROPOUT existed: no dropout
     directions = ("forward", "backward")
     dtypes = ("float32", "bfloat16")
     trace_names = ("aten::scaled_dot_product_attention",
@@ -40,7 +49,8 @@ class Sdpa(OpDef):
                    "aten::_scaled_dot_product_attention_math")
 
     def generate_configs(self, profile):
-        """Distinct configs drawn log-uniformly (seeded), half of them causal."""
+        """Distinct configs drawn log-uniformly (seeded), half of them causal and,
+        crossed with that, half with dropout."""
         ranges = _RANGES[profile]
         dims = [d for d in _HEAD_DIMS if ranges["DH"][0] <= d <= ranges["DH"][1]]
 
@@ -48,7 +58,7 @@ class Sdpa(OpDef):
             return {"B": log_uniform_ints(rng, *ranges["B"]),
                     "H": log_uniform_ints(rng, *ranges["H"]),
                     "S": log_uniform_ints(rng, *ranges["S"], multiple=8),
-                    "DH": rng.choice(dims), "CAUSAL": n % 2}
+                    "DH": rng.choice(dims), "CAUSAL": n % 2, "DROPOUT": n // 2 % 2}
 
         configs = sample_configs(f"{self.name}-{profile}", self.params, _CONFIGS[profile], draw,
                                  lambda c: self.flops(c, "forward") <= _MAX_FLOPS[profile])
@@ -62,10 +72,11 @@ class Sdpa(OpDef):
         grad = direction == "backward"
         shape = (params["B"], params["H"], params["S"], params["DH"])
         q, k, v = (torch.randn(*shape, requires_grad=grad, **t) for _ in range(3))
-        causal = bool(params["CAUSAL"])
+        kw = dict(is_causal=bool(params["CAUSAL"]),
+                  dropout_p=DROPOUT_P if params["DROPOUT"] else 0.0)
         if not grad:
-            return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            return lambda: F.scaled_dot_product_attention(q, k, v, **kw)
+        out = F.scaled_dot_product_attention(q, k, v, **kw)
         grad_out = torch.randn_like(out)
         return lambda: torch.autograd.grad(out, (q, k, v), grad_out, retain_graph=True)
 
@@ -81,10 +92,12 @@ class Sdpa(OpDef):
         """B of a fused (flash) kernel that never writes the S×S scores:
         forward reads q, k, v and writes out and the fp32 logsumexp per row;
         backward reads q, k, v, out, grad_out and the logsumexp and writes
-        grad_q, grad_k and grad_v. Independent of CAUSAL."""
+        grad_q, grad_k and grad_v. Independent of CAUSAL. With ``DROPOUT`` the
+        math path also writes and reads :data:`MATH_SCORE_TENSORS` S×S tensors."""
         b, h, s, dh = params["B"], params["H"], params["S"], params["DH"]
         tensors = 4 if direction == "forward" else 8
-        return DTYPE_BYTES[dtype] * tensors * b * h * s * dh + 4.0 * b * h * s
+        scores = 2.0 * MATH_SCORE_TENSORS * b * h * s * s if params.get("DROPOUT") else 0.0
+        return DTYPE_BYTES[dtype] * (tensors * b * h * s * dh + scores) + 4.0 * b * h * s
 
     def params_from_shapes(self, input_shapes):
         """``B``, ``H``, ``S`` and ``DH`` from ``[q, k, v, attn_mask?, ...]``.
@@ -104,13 +117,17 @@ class Sdpa(OpDef):
         return dict(zip(("B", "H", "S", "DH"), q))
 
     def params_from_node(self, node):
-        """The shapes' ``B``, ``H``, ``S``, ``DH``, and ``CAUSAL`` from the
-        ``is_causal`` argument (the first Bool input; 0 when absent)."""
+        """The shapes' ``B``, ``H``, ``S``, ``DH``, ``CAUSAL`` from the
+        ``is_causal`` argument (the first Bool input; 0 when absent) and
+        ``DROPOUT`` from ``dropout_p`` (the first Double input; 1 when > 0)."""
         params = self.params_from_shapes(node.input_shapes)
         if params is None:
             return None
-        flags = [v for t, v in zip(node.input_types, node.input_values) if t == "Bool"]
-        return {**params, "CAUSAL": int(bool(flags and flags[0]))}
+        typed = list(zip(node.input_types, node.input_values))
+        flags = [v for t, v in typed if t == "Bool"]
+        doubles = [v for t, v in typed if t == "Double"]
+        dropout = bool(doubles) and isinstance(doubles[0], (int, float)) and doubles[0] > 0
+        return {**params, "CAUSAL": int(bool(flags and flags[0])), "DROPOUT": int(dropout)}
 
 
 OPS = (Sdpa(),)

@@ -65,6 +65,13 @@ class OpDef:
     #: Params along which FLOPs and bytes never shrink (all of them unless a
     #: subclass says otherwise, e.g. a conv's stride).
     monotone_params: tuple[str, ...] | None = None
+    #: Values of params added after measurements were stored: what the stored
+    #: records, which lack them, measured (see :meth:`complete_config`).
+    param_defaults: dict[str, int] = {}
+
+    def complete_config(self, config: Mapping[str, int]) -> dict[str, int]:
+        """A stored record's ``config`` with :attr:`param_defaults` filled in."""
+        return {**self.param_defaults, **config}
 
     # -- shape space -------------------------------------------------------
     def configs(self, profile: str) -> list[dict[str, int]]:
