@@ -21,16 +21,18 @@ after one line on stderr naming the ranks that did not complete it.
 
 from __future__ import annotations
 
+import array
 import math
 import os
 import shutil
 import socket
+import stat
 import sys
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NoReturn
 
 #: Environment variables with this process's rank / world size / rank and count
 #: on its host, set by MPICH/Hydra (PMI_*, MPI_LOCAL*), Open MPI and PMIx launchers.
@@ -45,6 +47,8 @@ FAULT_VAR = "PERFMODEL_FAULT"
 DEFAULT_TIMEOUT_S = 60.0
 #: How long a rank that saw a collective fail waits for the others to report (s).
 REPORT_GRACE_S = 2.0
+#: Longest an abort waits for the launcher to read this rank's last output (s).
+OUTPUT_DRAIN_S = 2.0
 #: Warm-up calls per replicate (the first pays one-off costs; the rest size blocks).
 WARMUP_CALLS = 3
 #: Shortest block of calls one sample times (s), as in :class:`perfmodel.timing.Timer`.
@@ -161,13 +165,23 @@ class World:
                     pass
         return gone
 
-    def abort(self, message: str, code: int = 1) -> None:
-        """Write ``message`` to stderr and end every rank."""
+    def abort(self, message: str, code: int = 1) -> NoReturn:
+        """Write ``message`` to stderr and end every rank; does not return.
+
+        Under mpiexec a rank's output reaches the console through a pipe that the
+        launcher reads; MPICH's launcher (Hydra) kills the job on ``MPI_Abort``
+        without reading what is still in that pipe, so this waits (at most
+        :data:`OUTPUT_DRAIN_S`) until the launcher has read the message. MPICH's
+        ``MPI_Abort`` returns once the launcher has been told; this process then
+        exits rather than run on."""
         if self.before_abort is not None:
             self.before_abort()
         sys.stderr.write(f"perfmodel rank {self.rank}: {message}\n")
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        _wait_until_read((1, 2), OUTPUT_DRAIN_S)
         self.comm.Abort(code)
+        os._exit(code)
 
     def wait(self, work, op: str, params: Mapping[str, int]) -> None:
         """Wait for a collective's ``work`` handle, up to ``timeout_s``; on failure
@@ -208,6 +222,33 @@ class World:
                 time.sleep(0.05)
         except Exception:  # the store lives on rank 0: it is the one gone
             return [0]
+
+
+def _wait_until_read(fds, limit_s: float, poll_s: float = 1e-3) -> None:
+    """Wait until every byte written to the pipes among ``fds`` (file descriptors;
+    others are skipped) has been read from them, or ``limit_s`` (s) has passed;
+    ``poll_s`` (s) is the sleep between checks."""
+    import fcntl
+    import termios
+
+    pipes = []
+    for fd in fds:
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                pipes.append(fd)
+        except OSError:  # closed
+            pass
+    unread = array.array("i", [0])
+    deadline = time.monotonic() + limit_s
+    for fd in pipes:
+        while time.monotonic() < deadline:
+            try:
+                fcntl.ioctl(fd, termios.FIONREAD, unread)
+            except OSError:  # the reader is gone: nothing more will be read
+                break
+            if unread[0] == 0:
+                break
+            time.sleep(poll_s)
 
 
 _WORLD: World | None = None
@@ -333,7 +374,6 @@ def measure_collective(case, world: World, settings, replicates: int = 2
         results = [_replicate(world, time_block, settings) for _ in range(replicates)]
     except Exception as exc:  # a barrier timed out, a peer vanished, ...: end every rank
         world.abort(world.describe_failure(case.op, case.params, exc))
-        raise
     return [r for r in results if r is not None]
 
 
