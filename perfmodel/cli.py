@@ -18,7 +18,7 @@ def _devices(args: argparse.Namespace) -> int:
 
 def _baseline(args: argparse.Namespace) -> int:
     from perfmodel.device import detect_device
-    from perfmodel.gate import baseline_errors, save_baseline
+    from perfmodel.gate import baseline_errors, overhead_ratios, save_baseline
     from perfmodel.store import ResultStore
 
     spec = detect_device(args.device, Path(args.results), threads=args.threads)
@@ -39,6 +39,12 @@ def _baseline(args: argparse.Namespace) -> int:
                           overhead_by_workload=chosen.overhead_s)
     for workload, entry in saved.entries.items():
         print(f"{workload:<22} mean {entry.mean:+7.2%}  spread {entry.spread:6.2%}  n {entry.n}")
+    with_overhead = [w for w, e in saved.entries.items() if e.overhead_s]
+    ratios = overhead_ratios(saved, with_overhead)
+    if ratios:
+        print(f"host-overhead model: predicted/traced "
+              f"{', '.join(f'{r:.3f}x' for r in ratios)} over {len(ratios)} run(s) of "
+              f"{len(with_overhead)} workload(s)")
     print(f"wrote {path}")
     return 0
 

@@ -535,24 +535,33 @@ class OverheadVerdict:
                 f"{self.shift:+.2%} (allowed ±{self.allowed:.2%})")
 
 
+def overhead_ratios(baseline: Baseline, workloads: Sequence[str]) -> list[float]:
+    """Per baseline run, predicted over traced host-overhead seconds summed over
+    ``workloads`` (which must all have ``overhead_s``): the newest ``m`` pairs of
+    each, ``m`` the fewest any of them has, the i-th pairs making one run. Runs
+    with no traced or no predicted seconds are left out."""
+    entries = [baseline.entries[w] for w in workloads]
+    runs = min((len(e.overhead_s) for e in entries), default=0)
+    ratios = []
+    for i in range(-runs, 0):
+        predicted = sum(e.overhead_s[i][0] for e in entries)
+        traced = sum(e.overhead_s[i][1] for e in entries)
+        if traced > 0 and predicted > 0:
+            ratios.append(predicted / traced)
+    return ratios
+
+
 def overhead_check(overhead_s: Mapping[str, Sequence[float]], baseline: Baseline,
                    policy: GatePolicy) -> OverheadVerdict | None:
     """Judge this run's (predicted, traced) host-overhead seconds per workload
-    against the baseline runs' pairs of the same workloads (the newest ``m`` pairs of
-    each, ``m`` the fewest any of them has; the i-th pairs make one run). None when
-    fewer than two baseline runs or no traced overhead can be compared."""
+    against the baseline runs' pairs of the same workloads (:func:`overhead_ratios`).
+    None when fewer than two baseline runs or no traced overhead can be compared."""
     pairs = {w: _check_overhead_pair(p, f"overhead_s[{w!r}]") for w, p in overhead_s.items()}
     common = tuple(sorted(w for w in pairs if w in baseline.entries
                           and baseline.entries[w].overhead_s))
     if not common:
         return None
-    runs = min(len(baseline.entries[w].overhead_s) for w in common)
-    ratios = []
-    for i in range(-runs, 0):
-        predicted = sum(baseline.entries[w].overhead_s[i][0] for w in common)
-        traced = sum(baseline.entries[w].overhead_s[i][1] for w in common)
-        if traced > 0 and predicted > 0:
-            ratios.append(predicted / traced)
+    ratios = overhead_ratios(baseline, common)
     traced = sum(pairs[w][1] for w in common)
     if len(ratios) < 2 or traced <= 0:
         return None

@@ -29,13 +29,16 @@ def test_baseline_from_stored_runs(planted_results, capsys):
         writer = store.open_run({"torch": "2.13.0"}, "quick", run)
         writer.append({"kind": "e2e", "workload": "mlp_small", "measured_s": 0.1,
                        "predicted_s": predicted, "error": abs(predicted - 0.1) / 0.1,
+                       "breakdown_s": {"host overhead": 0.002}, "traced_gaps_s": 0.0025,
                        "env": {"torch": "2.13.0"}})
         writer.close()
     args = ["baseline", "--device", "cpu", "--results", str(results), "--threads", "1"]
     assert main([*args, "--last", "2"]) == 0
     out = capsys.readouterr().out
     assert "mlp_small" in out and "n 2" in out
+    assert "host-overhead model: predicted/traced 0.800x, 0.800x over 2 run(s)" in out
     entry = load_baseline(store.baseline_path("quick")).entries["mlp_small"]
     assert entry.mean == 0.0 or abs(entry.mean) < 1e-12
+    assert entry.overhead_s == ((0.002, 0.0025), (0.002, 0.0025))
     assert main([*args, "--last", "3"]) == 2
     assert "need 3 run(s) of profile 'quick'" in capsys.readouterr().err
