@@ -22,24 +22,25 @@ in the direction that makes its expected error, (1 + mean)(1 + shift) - 1, large
 in magnitude than the baseline mean by more than ``min_margin``. A shift that makes
 the prediction better passes.
 
-Host overheads are a few per cent of an iteration on a CPU, and the overhead table
-is re-measured by every run (its prices move 7-8% sd between runs there), so a 10%
-error in the overhead model moves no prediction far enough for either check. The
-gate checks that model on its own instead: the ratio of the host-overhead seconds it
-predicts to those the same run's traces show (:func:`perfmodel.overheads.traced_gaps_s`),
-summed over the workloads, against the same ratio in each baseline run. Both sides
-move together with the machine's speed, and the ratio moved 0.8% sd over six runs of
-the ten quick workloads; it fails when it leaves its baseline mean by more than
-max(k * relative spread, min_margin).
-
-A measurement can fail the error check on its own, when load slows it down as a
-whole; :func:`error_fails` tells the caller to measure once more, and the repeat
-decides (:func:`perfmodel.e2e.measure_again`).
 The spread is taken over the signed errors because a workload predicted close to
 its measured time has errors of both signs: the spread of their magnitudes would
 understate its noise (on cpu-amd-epyc-2c, mlp_small's errors over five runs were
 -5.6..+3.6%: |error| sd 1.3%, signed sd 4.6%; the next runs reached -14.5% and
 +17.4%). An optional absolute ceiling per workload fails regardless of the baseline.
+
+Host overheads are a few per cent of an iteration on a CPU, and the overhead table
+is re-measured by every run (the predicted overhead seconds moved 8.6% sd over 12
+runs on cpu-amd-epyc-2c), so a 10% error in the overhead model moves no prediction
+far enough for either check. The gate checks that model on its own instead: the
+ratio of the host-overhead seconds it predicts to those the same run's traces show
+(:func:`perfmodel.overheads.traced_gaps_s`), summed over the workloads, against the
+same ratio in each baseline run. Both sides move with the machine's speed; over
+those 12 runs the ratio moved 1.9% sd. It fails when it leaves its baseline mean by
+more than max(k * relative spread, min_margin).
+
+A measurement can fail the error check on its own, when load slows it down as a
+whole; :func:`error_fails` tells the caller to measure once more, and the repeat
+decides (:func:`perfmodel.e2e.measure_again`).
 
 The baseline file (``results/<device-key>/baseline-<profile>.json``, schema 2) is plain JSON::
 
