@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from perfmodel.graph import Graph, build_graph
-from perfmodel.overheads import (OverheadTable, load_all_samples, samples_from_graph,
-                                 save_samples, table_from_samples, traced_gaps_s)
+from perfmodel.overheads import (OverheadTable, load_all_samples, load_samples,
+                                 samples_from_graph, save_samples, table_from_samples,
+                                 traced_gaps_s, with_earlier_leaves)
 from perfmodel.predict import Prediction, predict_graph
 from perfmodel.trace import capture_trace, load_trace
 
@@ -177,10 +178,18 @@ def capture_graph(step: Callable[[], object], out_dir: Path, name: str, device: 
 def trace_workload(name: str, step: Callable[[], object], results_dir: Path, device: str,
                    bandwidth_B_per_s: float) -> Graph:
     """Capture ``step``'s trace under ``results_dir``, build its graph, and save
-    its overhead samples as workload ``name``'s contribution to the table."""
+    its overhead samples as workload ``name``'s contribution to the table: this
+    trace's gaps, and the unmodelled-node samples of its last
+    :data:`~perfmodel.overheads.LEAF_TRACES` traces (an unreadable earlier file is
+    replaced)."""
     graph = capture_graph(step, traces_dir(results_dir), name, device)
-    save_samples(overheads_dir(results_dir) / f"{name}.json",
-                 samples_from_graph(name, graph, bandwidth_B_per_s))
+    path = overheads_dir(results_dir) / f"{name}.json"
+    try:
+        earlier = load_samples(path) if path.is_file() else None
+    except ValueError:
+        earlier = None
+    save_samples(path, with_earlier_leaves(samples_from_graph(name, graph, bandwidth_B_per_s),
+                                           earlier))
     return graph
 
 

@@ -8,8 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfmodel.graph import Graph, Task, build_graph, match_node
-from perfmodel.overheads import (load_samples, samples_from_graph, save_samples,
-                                 table_from_samples, traced_gaps_s)
+from perfmodel.overheads import (OverheadSamples, load_samples, samples_from_graph,
+                                 save_samples, table_from_samples, traced_gaps_s,
+                                 with_earlier_leaves)
 from perfmodel.predict import predict_graph
 from perfmodel.simulate import SimTask, critical_path, simulate
 from perfmodel.trace import TraceNode, capture_trace, load_trace
@@ -95,6 +96,25 @@ def test_table_from_one_trace_prices_its_own_gaps_exactly(gaps, delta):
     table = table_from_samples([samples_from_graph("g", g, BANDWIDTH)], BANDWIDTH)
     predicted = predict_graph(g, None, table).breakdown_s.get("host overhead", 0.0)
     assert predicted == pytest.approx(traced_gaps_s(g), rel=1e-9, abs=1e-15)
+
+
+@given(st.integers(1, 4).flatmap(lambda n: st.lists(
+    st.lists(st.floats(0, 1e-3), min_size=n, max_size=n), min_size=1, max_size=8)),
+    st.integers(1, 6))
+def test_leaf_samples_keep_the_newest_traces(per_trace, traces):
+    """Each trace's samples of one node name (as many per trace, as a node runs the same
+    number of times per iteration), saved in turn: the file keeps the newest ``traces``
+    traces' worth, and the gaps of the newest only."""
+    kept = None
+    for i, seconds in enumerate(per_trace):
+        new = OverheadSamples("w", {"T1": [float(i)]}, {"aten::pow": [(s, 8.0) for s in seconds],
+                                                        f"only_in_{i}": [(1.0, 1.0)]})
+        kept = with_earlier_leaves(new, kept, traces)
+        history = [(s, 8.0) for earlier in per_trace[:i + 1] for s in earlier]
+        assert kept.leaf["aten::pow"] == history[-traces * len(seconds):]
+        assert set(kept.leaf) == {"aten::pow", f"only_in_{i}"}  # names no longer seen go
+        assert kept.gaps == {"T1": [float(i)]}
+    assert with_earlier_leaves(new, OverheadSamples("other", {}, {"aten::pow": [(9.0, 9.0)]})) is new
 
 
 def test_leaf_line_fits_size_dependence_and_falls_back():
