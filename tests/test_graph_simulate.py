@@ -114,7 +114,8 @@ def test_leaf_samples_keep_the_newest_traces(per_trace, traces):
         assert kept.leaf["aten::pow"] == history[-traces * len(seconds):]
         assert set(kept.leaf) == {"aten::pow", f"only_in_{i}"}  # names no longer seen go
         assert kept.gaps == {"T1": [float(i)]}
-    assert with_earlier_leaves(new, OverheadSamples("other", {}, {"aten::pow": [(9.0, 9.0)]})) is new
+    other = OverheadSamples("other", {}, {"aten::pow": [(9.0, 9.0)]})
+    assert with_earlier_leaves(new, other) is new  # another workload's file is not merged
 
 
 def test_leaf_line_fits_size_dependence_and_falls_back():
