@@ -23,7 +23,9 @@ median ``a`` of all names and ``1 / bandwidth``.
 One table per device, written to ``results/<device-key>/overheads.json``,
 pools the samples of several workloads (``OverheadSamples``, one file per
 workload under ``results/<device-key>/overheads/``), so that no workload's
-prediction is tuned to itself. :func:`table_from_samples` also builds the
+prediction is tuned to itself. A workload's file holds the gaps of its latest
+trace and the unmodelled-node samples of its last :data:`LEAF_TRACES` traces
+(:func:`with_earlier_leaves`). :func:`table_from_samples` also builds the
 per-workload table used to report the "own overheads" error.
 """
 
