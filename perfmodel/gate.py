@@ -370,19 +370,19 @@ def _entry_from_dict(name: str, raw: object) -> BaselineEntry:
                             abs_tol=_CONSISTENCY_ABS):
             raise ValueError(f"'{where}.{key}' = {stored!r} does not match the {key} of "
                              f"'{where}.errors' ({derived!r})")
-    raw_predicted = raw.get("predicted_s", [])
-    if not isinstance(raw_predicted, list) or (raw_predicted and len(raw_predicted) != n):
-        raise ValueError(f"'{where}.predicted_s' = {raw_predicted!r} is not a list of "
-                         f"{n} predicted time(s)")
-    predicted = tuple(_check_seconds(p, f"'{where}.predicted_s[{i}]'")
-                      for i, p in enumerate(raw_predicted))
-    raw_overhead = raw.get("overhead_s", [])
-    if not isinstance(raw_overhead, list) or (raw_overhead and len(raw_overhead) != n):
-        raise ValueError(f"'{where}.overhead_s' = {raw_overhead!r} is not a list of "
-                         f"{n} [predicted, traced] pair(s)")
-    overhead = tuple(_check_overhead_pair(p, f"'{where}.overhead_s[{i}]'")
-                     for i, p in enumerate(raw_overhead))
+    predicted = _per_run(raw, "predicted_s", n, where, "predicted time(s)", _check_seconds)
+    overhead = _per_run(raw, "overhead_s", n, where, "[predicted, traced] pair(s)",
+                        _check_overhead_pair)
     return BaselineEntry(mean, spread, n, values, predicted, overhead)
+
+
+def _per_run(raw: dict, key: str, n: int, where: str, what: str, check) -> tuple:
+    """The optional per-run list ``raw[key]`` (empty when absent), each value passed
+    through ``check(value, name)``; ValueError unless it holds ``n`` values."""
+    values = raw.get(key, [])
+    if not isinstance(values, list) or (values and len(values) != n):
+        raise ValueError(f"'{where}.{key}' = {values!r} is not a list of {n} {what}")
+    return tuple(check(v, f"'{where}.{key}[{i}]'") for i, v in enumerate(values))
 
 
 # -- verdicts ----------------------------------------------------------------------------
