@@ -101,7 +101,7 @@ def samples_from_graph(workload: str, graph: Graph, bandwidth_B_per_s: float) ->
         if task.measured_s is None:
             continue
         if task.kind == "overhead":
-            _add(out.gaps, task.name, max(0.0, task.measured_s - delta))
+            _add(out.gaps, task.name, _gap_s(task, delta))
         elif task.kind == "unmodelled":
             out.leaf.setdefault(task.name, []).append(
                 (max(0.0, task.measured_s - delta * task.n_nodes), task.bytes))
@@ -124,8 +124,13 @@ def traced_gaps_s(graph: Graph) -> float:
     by_key: dict[str, list[float]] = {}
     for task in graph.tasks:
         if task.kind == "overhead" and task.measured_s is not None:
-            _add(by_key, task.name, max(0.0, task.measured_s - graph.profiler_overhead_s))
+            _add(by_key, task.name, _gap_s(task, graph.profiler_overhead_s))
     return sum(len(v) * statistics.median(v) for v in by_key.values())
+
+
+def _gap_s(task, profiler_overhead_s: float) -> float:
+    """A timed overhead task's gap (s) without the profiler's cost, floored at 0."""
+    return max(0.0, task.measured_s - profiler_overhead_s)
 
 
 def with_earlier_leaves(new: OverheadSamples, earlier: OverheadSamples | None,
