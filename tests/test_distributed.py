@@ -138,7 +138,9 @@ def test_two_ranks_store_every_record_once_and_report_once(pytester, planted_res
     world2 = [c for c in get_op("all_reduce").cases("smoke") if c.params["world_size"] == 2]
     assert Counter(r["op"] for r in records) == {"add": 2 * len(add_cases),
                                                  "all_reduce": 2 * len(world2)}
-    rank1 = [json.loads(line) for line in runs[1].read_text().splitlines()[1:]]
+    # file names start with each rank's own time stamp and pid, so pick rank 1's by its suffix
+    rank1_file, = (p for p in runs if p.stem.endswith("-rank1"))
+    rank1 = [json.loads(line) for line in rank1_file.read_text().splitlines()[1:]]
     assert rank1 and all(r["op"] == "add" for r in rank1)  # its shard; collectives go to rank 0
     assert all({"latency_p95_s", "algbw_Bps", "busbw_Bps"} <= set(r) for r in records
                if r["op"] == "all_reduce")
