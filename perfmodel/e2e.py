@@ -315,8 +315,14 @@ def predict_model(model: Any, batch: Any, loss_fn: Callable[[Any, Any], Any], op
 def predict_step(step: Callable[[], object], items: int, name: str, fit, table: OverheadTable,
                  device: str, bandwidth_B_per_s: float, measure: bool = True) -> E2EResult:
     """Trace ``step`` into a temporary folder, predict it with ``fit`` and
-    ``table``, and measure it: :func:`predict_model` with everything given."""
+    ``table``, and measure it: :func:`predict_model` with everything given.
+    The host allocator keeps freed memory from here on, as in the sweeps the
+    fit was trained on (:func:`perfmodel.allocator.keep_freed_memory`)."""
     import tempfile
+
+    from perfmodel.allocator import keep_freed_memory
+
+    keep_freed_memory()
 
     with tempfile.TemporaryDirectory(prefix="perfmodel-trace-") as tmp:
         graph = capture_graph(step, Path(tmp), name, device)

@@ -34,10 +34,14 @@ def git_commit(cwd: Path | None = None) -> str | None:
 
 
 def environment(device_key: str, threads: int | None, cwd: Path | None = None) -> dict:
-    """JSON-safe environment of a run on ``device_key``."""
+    """JSON-safe environment of a run on ``device_key``, including the host
+    allocator policy in effect (:func:`perfmodel.allocator.allocator_policy`)."""
+    from perfmodel.allocator import allocator_policy
+
     return {
         "device_key": device_key,
         "threads": threads,
+        "cpu_allocator": allocator_policy(),
         "python": platform.python_version(),
         "torch": package_version("torch"),
         "fbgemm": fbgemm_version(),

@@ -20,6 +20,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from perfmodel.allocator import record_allocator
 from perfmodel.device import DeviceSpec
 from perfmodel.metrics import gmae, mape, max_abs_rel_error, noise_floor
 from perfmodel.ops import OpDef, get_op
@@ -334,29 +335,40 @@ def fit_op(op_name: str, direction: str, samples: list[Sample], device: DeviceSp
     return final, accuracy
 
 
-def _same_threads(record: dict, device: DeviceSpec) -> bool:
-    """Whether ``record`` was measured with ``device``'s thread count (or it does not matter)."""
-    threads = record.get("env", {}).get("threads")
-    if device.kind != "cpu" or device.threads is None or threads is None:
+def _same_host_setup(record: dict, device: DeviceSpec, allocator: str | None) -> bool:
+    """Whether ``record`` was measured with ``device``'s thread count and, when
+    ``allocator`` is given, under that host allocator policy (or they do not matter:
+    off a CPU, and for collectives, whose ranks share the host whatever they run)."""
+    env = record.get("env", {})
+    threads = env.get("threads")
+    if device.kind != "cpu":
         return True
     try:
         family = get_op(record["op"]).family
     except (KeyError, ValueError):
         family = ""
-    return family == "collective" or threads == device.threads
+    if family == "collective":
+        return True
+    if allocator is not None and record_allocator(record) != allocator:
+        return False
+    return device.threads is None or threads is None or threads == device.threads
 
 
 def fit_predictors(records: Iterable[dict], device: DeviceSpec,
-                   only: Iterable[tuple[str, str]] | None = None) -> FitReport:
+                   only: Iterable[tuple[str, str]] | None = None,
+                   allocator: str | None = None) -> FitReport:
     """Fit and score every (op, direction) found in ``records`` (or just ``only``).
 
     On a CPU, records measured with another torch thread count than ``device``'s
     (e.g. by the single-thread ranks of a sharded sweep on one host) time a
-    different machine and are left out, except collectives, whose ranks always
-    share the host.
+    different machine and are left out, and so, when ``allocator`` is given, are
+    records measured under another host allocator policy
+    (:mod:`perfmodel.allocator`); collectives, whose ranks always share the host,
+    are kept.
     """
     report = FitReport(threads=device.threads if device.kind == "cpu" else None)
-    grouped = samples_from_records(r for r in records if _same_threads(r, device))
+    grouped = samples_from_records(r for r in records
+                                   if _same_host_setup(r, device, allocator))
     wanted = set(only) if only is not None else set(grouped)
     for key in sorted(wanted):
         samples = grouped.get(key, [])
@@ -367,11 +379,13 @@ def fit_predictors(records: Iterable[dict], device: DeviceSpec,
     return report
 
 
-def fit_run_ids(records: Iterable[dict], device: DeviceSpec) -> list[str]:
+def fit_run_ids(records: Iterable[dict], device: DeviceSpec,
+                allocator: str | None = None) -> list[str]:
     """Run ids of the measurement records :func:`fit_predictors` would train
-    on for ``device`` (those of its thread count, and collectives), sorted."""
+    on for ``device`` and ``allocator`` (those of its thread count and allocator
+    policy, and collectives), sorted."""
     return sorted({str(r.get("run_id")) for r in records
-                   if r.get("kind") == "measurement" and _same_threads(r, device)})
+                   if r.get("kind") == "measurement" and _same_host_setup(r, device, allocator)})
 
 
 # -- persistence -------------------------------------------------------------------

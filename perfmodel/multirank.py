@@ -287,6 +287,7 @@ def rank_main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
+    from perfmodel.allocator import keep_freed_memory
     from perfmodel.distributed import init_distributed, shutdown_distributed, threads_per_rank
     from perfmodel.store import ResultStore
     from perfmodel.workloads import get_multirank_workload
@@ -294,6 +295,7 @@ def rank_main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     world = init_distributed("cpu")
     torch.set_num_threads(threads_per_rank(args.cores, world.local_size))
+    keep_freed_memory()
     cfg = get_multirank_workload(args.workload)
     if SIZES[args.profile] == "tiny":
         cfg = cfg.tiny()

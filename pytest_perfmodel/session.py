@@ -72,9 +72,11 @@ class PerfmodelSession:
                 pytest.skip(self.device_unavailable)
             import torch
 
+            from perfmodel.allocator import keep_freed_memory
             from perfmodel.device import detect_device
 
             torch.set_num_threads(self.options.threads)
+            keep_freed_memory()
             try:
                 self._device = detect_device(self.options.device, self.options.results_root,
                                              threads=self.options.threads)
@@ -140,8 +142,8 @@ class PerfmodelSession:
 
     def fit(self):
         """Predictors fitted on the stored measurements of this device taken
-        at this session's thread count (``--perfmodel-threads``; collectives at
-        any).
+        at this session's thread count (``--perfmodel-threads``) and host allocator
+        policy (:mod:`perfmodel.allocator`); collectives at any.
 
         The newest stored fit of that thread count is reused when it was trained
         on exactly the run files that qualify now (so repeated ``-m e2e`` runs
@@ -150,14 +152,16 @@ class PerfmodelSession:
         the newest fit of that thread count is used (None when there is none).
         """
         if self._fit is None:
+            from perfmodel.allocator import allocator_policy
             from perfmodel.fitting import fit_predictors, fit_run_ids, load_latest_fit, save_fit
 
             loaded = self.store.load("measurement")
             latest, problems = load_latest_fit(self.store, threads=self.device.threads)
             self._note_problems(loaded.problems + problems)
-            runs = fit_run_ids(loaded.records, self.device)
+            allocator = allocator_policy()
+            runs = fit_run_ids(loaded.records, self.device, allocator)
             if runs and (latest is None or list(latest.data_runs) != runs):
-                self._fit = fit_predictors(loaded.records, self.device)
+                self._fit = fit_predictors(loaded.records, self.device, allocator=allocator)
                 self._fit.data_runs = tuple(runs)
                 save_fit(self._fit, self.store, self.run_id, runs)
             else:
