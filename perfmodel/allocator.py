@@ -38,7 +38,7 @@ _THRESHOLDS = (1 << 30, 32 << 20)
 _policy = DEFAULT
 
 
-def _libc():
+def glibc():
     """glibc as a ctypes library, or None on another C library."""
     name = ctypes.util.find_library("c")
     if name is None:
@@ -61,7 +61,7 @@ def keep_freed_memory() -> str:
     global _policy
     if _policy == KEEP_FREED:
         return _policy
-    libc = _libc()
+    libc = glibc()
     if libc is None:
         return _policy
     for threshold in _THRESHOLDS:

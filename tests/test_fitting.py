@@ -180,9 +180,13 @@ def test_session_fits_and_reuses_per_its_own_thread_count(tmp_path):
     from perfmodel.settings import Settings
     from pytest_perfmodel.session import Options, PerfmodelSession
 
+    from perfmodel.allocator import allocator_policy
+
     store = ResultStore(tmp_path, SPEC.key)
     for threads, run_id, scale in ((1, "r1", 2.0), (2, "r2", 1.0)):
-        writer = store.open_run({"threads": threads}, "quick", run_id)
+        # measured under this process's allocator policy, which the session fits on
+        writer = store.open_run({"threads": threads, "cpu_allocator": allocator_policy()},
+                                "quick", run_id)
         for record in threaded_records(threads, run_id, scale):
             writer.append({k: v for k, v in record.items() if k != "run_id"})
         writer.close()
@@ -206,3 +210,29 @@ def test_session_fits_and_reuses_per_its_own_thread_count(tmp_path):
         1.5 * two.predictor(case.op, case.direction).predict(case.dtype, params)[0]
     again = session(SPEC_1T).fit()  # reused, not refitted
     assert again.data_runs == ("r1",) and len(saved()) == 2
+
+
+def test_a_cpu_fit_trains_only_on_its_allocator_policy():
+    """Records of another host allocator policy (or of none recorded: the default)
+    are left out when a policy is asked for; collectives are kept whatever theirs."""
+    from perfmodel.allocator import DEFAULT, KEEP_FREED
+    from perfmodel.fitting import fit_run_ids
+
+    def under(policy, run_id, scale):
+        env = {"threads": 2} if policy is None else {"threads": 2, "cpu_allocator": policy}
+        return [{**r, "env": env} for r in threaded_records(2, run_id, scale)]
+
+    collective = {"kind": "measurement", "op": "all_reduce", "direction": "forward",
+                  "dtype": "float32", "config": {"world_size": 2, "bytes": 64}, "replicate": 0,
+                  "run_id": "c", "measurement": {"median_s": 1e-4}, "env": {"threads": 1}}
+    records = under(None, "old", 3.0) + under(KEEP_FREED, "kept", 1.0) + [collective]
+    assert fit_run_ids(records, SPEC, KEEP_FREED) == ["c", "kept"]
+    assert fit_run_ids(records, SPEC, DEFAULT) == ["c", "old"]
+    assert fit_run_ids(records, SPEC) == ["c", "kept", "old"]
+    case = next(c for c in get_op("linear").cases("quick") if c.direction == "forward")
+    kept = fit_predictors(records, SPEC, only=[("linear", "forward")], allocator=KEEP_FREED)
+    old = fit_predictors(records, SPEC, only=[("linear", "forward")], allocator=DEFAULT)
+    assert kept.accuracy[("linear", "forward")].n_configs == 8
+    predict = [f.predictor(case.op, case.direction).predict(case.dtype, [case.params])[0]
+               for f in (kept, old)]
+    assert predict[1] > 2.5 * predict[0]
