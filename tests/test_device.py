@@ -50,18 +50,21 @@ def must_not_measure(*args, **kwargs):
 
 
 @pytest.mark.parametrize(
-    "model, cpus, key",
+    "model, cpus, family_model, key",
     [
-        ("AMD EPYC", 2, "cpu-amd-epyc-2c"),
-        ("Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz", 8, "cpu-intel-xeon-platinum-8375c-8c"),
-        ("AMD EPYC 7B13 64-Core Processor", 16, "cpu-amd-epyc-7b13-64-core-16c"),
-        ("  Neoverse/N1 (TM)  ", 4, "cpu-neoverse-n1-4c"),
-        ("", 1, "cpu-unknown-1c"),
-        ("x" * 200, 64, "cpu-" + "x" * (80 - len("cpu-") - len("-64c")) + "-64c"),
+        ("AMD EPYC", 2, (25, 17), "cpu-amd-epyc-f25m17-2c"),  # a masked name: numbers added
+        ("AMD EPYC", 2, (25, 1), "cpu-amd-epyc-f25m1-2c"),
+        ("AMD EPYC", 2, None, "cpu-amd-epyc-2c"),
+        ("Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz", 8, (6, 106),
+         "cpu-intel-xeon-platinum-8375c-8c"),
+        ("AMD EPYC 7B13 64-Core Processor", 16, (25, 1), "cpu-amd-epyc-7b13-64-core-16c"),
+        ("  Neoverse/N1 (TM)  ", 4, None, "cpu-neoverse-n1-4c"),
+        ("", 1, None, "cpu-unknown-1c"),
+        ("x" * 200, 64, None, "cpu-" + "x" * (80 - len("cpu-") - len("-64c")) + "-64c"),
     ],
 )
-def test_cpu_device_key_slugs(model, cpus, key):
-    assert cpu_device_key(model, cpus) == key
+def test_cpu_device_key_slugs(model, cpus, family_model, key):
+    assert cpu_device_key(model, cpus, family_model) == key
     assert SLUG.match(key) and len(key) <= 80
 
 
