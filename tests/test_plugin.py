@@ -241,6 +241,24 @@ def test_accuracy_without_data_says_what_to_do(pytester, planted_results):
     out.stdout.fnmatch_lines(["*no measurements or fitted predictors under*run `pytest -m microbench` first"])
 
 
+def test_accuracy_of_an_op_never_measured_here_is_skipped_with_how_to_measure_it(
+        pytester, planted_results):
+    """A fresh device has no collective measurements until a multi-rank run: its
+    accuracy items skip, naming the command, while the measured ops are scored."""
+    results, key = planted_results
+    pytester.makepyfile(MICRO_SUITE.replace('perfmodel_ops("addmm")',
+                                            'perfmodel_ops("addmm", "all_reduce")'))
+    pytester.makefile(".toml", pyproject="[tool.perfmodel]\nsmoke_gmae_threshold = 5.0\n")
+    assert run(pytester, results, "-m", "microbench", "-k", "addmm",
+               "--perfmodel-budget=0.01").ret == 0
+    out = run(pytester, results, "-m", "accuracy", "-rs")
+    outcomes = out.parseoutcomes()
+    assert (outcomes.get("passed"), outcomes.get("skipped"), out.ret) == (1, 1, 0)
+    out.stdout.fnmatch_lines([f"SKIPPED*all_reduce.forward: no measurements under "
+                              f"{results / key}; collectives are measured on several ranks: "
+                              f"*--perfmodel-ranks 2*"])
+
+
 @pytest.mark.parametrize("args, message", [
     (["--perfmodel-profile=huge"], "*invalid choice: 'huge'*"),
     (["--perfmodel-device=tpu"], "*--perfmodel-device: unknown device 'tpu'*"),
