@@ -6,8 +6,8 @@ import math
 
 from perfmodel.ops.base import DTYPE_BYTES, OpDef, check_profile, random_configs, torch_dtype
 
-#: Dimension grid of the ``full`` profile.
-_FULL_DIMS = (16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
+#: Dimension grid of the ``full`` profile (1 and 8 for GEMV-like layers: heads, DLRM inputs).
+_FULL_DIMS = (1, 8, 16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 
 #: Random configs per profile, and the largest FLOP count of one call.
 _CONFIGS = {"smoke": 16, "quick": 40}
@@ -46,7 +46,7 @@ class Addmm(_Gemm):
     params = ("M", "N", "K")
     directions = ("forward",)
     trace_names = ("aten::addmm",)
-    ranges = {"M": (16, 4096), "N": (16, 4096), "K": (16, 4096)}
+    ranges = {"M": (1, 4096), "N": (1, 4096), "K": (1, 4096)}
 
     def make_runner(self, params, dtype, direction, device):
         import torch
@@ -88,7 +88,7 @@ class Linear(_Gemm):
     params = ("B", "IN", "OUT")
     directions = ("forward", "backward")
     trace_names = ("aten::linear",)
-    ranges = {"B": (16, 4096), "IN": (16, 4096), "OUT": (16, 4096)}
+    ranges = {"B": (1, 4096), "IN": (1, 4096), "OUT": (1, 4096)}
 
     def make_runner(self, params, dtype, direction, device):
         import torch
@@ -132,7 +132,7 @@ class Bmm(_Gemm):
     params = ("BATCH", "M", "N", "K")
     directions = ("forward", "backward")
     trace_names = ("aten::bmm",)
-    ranges = {"BATCH": (1, 256), "M": (8, 1024), "N": (8, 1024), "K": (8, 1024)}
+    ranges = {"BATCH": (1, 256), "M": (1, 1024), "N": (1, 1024), "K": (1, 1024)}
 
     def make_runner(self, params, dtype, direction, device):
         import torch
