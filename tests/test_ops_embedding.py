@@ -125,6 +125,24 @@ def test_smoke_runners_execute_on_cpu(name):
             runner()
 
 
+@pytest.mark.parametrize("name", ["embedding_bag_sum", "tbe_sgd"])
+def test_a_benchmark_looks_up_a_new_batch_of_indices_each_call(name):
+    """Consecutive calls pool other rows (the index batches cycle), so the
+    outputs differ; after INDEX_BATCHES calls the first batch comes back."""
+    torch = pytest.importorskip("torch")
+    if name.startswith("tbe"):
+        pytest.importorskip("fbgemm_gpu.split_table_batched_embeddings_ops_training")
+    cfg = {"B": 16, "E": 1000, "T": 2, "L": 4, "D": 8, "ZIPF": 1}
+    batches = [emb.all_indices(cfg, k) for k in range(emb.INDEX_BATCHES)]
+    assert np.array_equal(batches[0], emb.all_indices(cfg))
+    assert all(not np.array_equal(batches[i], batches[j])
+               for i in range(len(batches)) for j in range(i))
+    runner = get_op(name).make_runner(cfg, "float32", "forward", "cpu")
+    outs = [runner().detach().clone() for _ in range(emb.INDEX_BATCHES + 1)]
+    assert not torch.equal(outs[0], outs[1])
+    assert torch.equal(outs[0], outs[emb.INDEX_BATCHES])
+
+
 def test_embedding_bag_forward_matches_a_manual_lookup():
     torch = pytest.importorskip("torch")
     cfg = {"B": 3, "E": 5, "T": 2, "L": 4, "D": 4, "ZIPF": 1}

@@ -365,6 +365,9 @@ class _Tbe(_Embedding):
         module = SplitTableBatchedEmbeddingBagsCodegen(
             [(e, d, location, compute)] * t, optimizer=getattr(OptimType, self.optimizer),
             learning_rate=0.01, eps=1e-8, device=dev)
+        # FBGEMM zero-fills the tables; pages never written map the kernel's shared zero
+        # page, and lookups into them always hit cache. Real tables hold values.
+        module.init_embedding_weights_uniform(-e ** -0.5, e ** -0.5)
         batches = index_batches(params, dev)
         offsets = torch.arange(0, t * b * l + 1, l, dtype=torch.int64, device=dev)
         if direction == "forward":
