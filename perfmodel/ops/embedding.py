@@ -63,7 +63,7 @@ INDEX_BATCHES = 4
 MAX_WEIGHT_BYTES = {"smoke": 4 << 20, "quick": 64 << 20, "full": 1 << 30}
 #: Largest forward bytes moved of one call (B), keeping profiles inside their time.
 MAX_FORWARD_BYTES = {"smoke": 4e6, "quick": 1.5e8, "full": 4e9}
-_CONFIGS = {"smoke": 4, "quick": 32}
+_CONFIGS = {"smoke": 4, "quick": 80}
 _RANGES = {
     "smoke": {"B": (8, 128), "E": (64, 4096), "T": (1, 4), "L": (1, 32), "D": (4, 64)},
     "quick": {"B": (16, 1024), "E": (256, 200_000), "T": (1, 16), "L": (1, 64), "D": (4, 256)},
