@@ -29,7 +29,7 @@ def test_every_profile_config_is_valid(name, profile, data):
 
 def test_profiles_are_sized_as_promised():
     assert len(emb.embedding_configs("smoke")) == 4
-    assert len(emb.embedding_configs("quick")) == 32
+    assert len(emb.embedding_configs("quick")) == 80
     assert len(emb.embedding_configs("full")) >= 2000
     assert emb.embedding_configs("quick") == emb.embedding_configs("quick")
 
