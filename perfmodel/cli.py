@@ -91,7 +91,8 @@ def _compare(args: argparse.Namespace) -> int:
     from perfmodel.compare import compare
 
     root = Path(args.results)
-    key = _device_key(args) if args.device or root.is_dir() else None
+    files = Path(args.a).is_file() and Path(args.b).is_file()  # need no device to find them
+    key = _device_key(args) if args.device or (root.is_dir() and not files) else None
     print("\n".join(compare(args.a, args.b, root, key, args.profile)))
     return 0
 

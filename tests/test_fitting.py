@@ -188,7 +188,8 @@ def test_session_fits_and_reuses_per_its_own_thread_count(tmp_path):
         writer = store.open_run({"threads": threads, "cpu_allocator": allocator_policy()},
                                 "quick", run_id)
         for record in threaded_records(threads, run_id, scale):
-            writer.append({k: v for k, v in record.items() if k != "run_id"})
+            env = {**record["env"], "cpu_allocator": allocator_policy()}
+            writer.append({**{k: v for k, v in record.items() if k != "run_id"}, "env": env})
         writer.close()
 
     def session(spec):
