@@ -56,7 +56,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--perfmodel-save-baseline", action="store_true",
                     help="run each e2e workload baseline_runs times (pyproject, default 5) "
                          "and store the mean and spread of its error as "
-                         "results/<device-key>/baseline-<profile>.json")
+                         "results/<device-key>/baseline-<profile>.json (runs in one session "
+                         "understate the spread between sessions; `perfmodel baseline --last N` "
+                         "builds it from N separate runs)")
     group.addoption("--perfmodel-rounds", type=int, default=20, metavar="N",
                     help="rounds of the gate-stability experiment (-m stability; default 20)")
     group.addoption("--perfmodel-report", action="store_true",
