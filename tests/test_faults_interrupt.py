@@ -103,6 +103,8 @@ def kill_session(root: Path, key: str, sig: signal.Signals, delay_s: float) -> K
     proc.wait(timeout=120)
     reader.join(timeout=30)
     passed = [m["id"] for line in lines if (m := PASSED.search(line))]
+    if killed and sig == signal.SIGINT and proc.returncode == 0:
+        killed = False  # the signal came as the session was exiting after its last item
     new = sorted(set(store.runs_dir.glob("*.jsonl")) - before) if store.runs_dir.is_dir() else []
     assert len(new) <= 1, new  # one session, one run file
     loaded = store.load()
@@ -191,10 +193,11 @@ def test_killed_sessions_keep_every_passed_record(tmp_path):
 @pytest.mark.faults_long
 def test_many_killed_sessions_keep_every_passed_record(tmp_path):
     """Long: ``PERFMODEL_KILLS`` sessions (default 24), alternating SIGINT and SIGKILL,
-    each killed up to 7 s after its first passed item (the other 31 items take ~8 s)."""
+    each killed up to 3 s after its first passed item (the other 31 items take 4-8 s, by
+    CPU: with a 7 s window a faster CPU finished 23 of 45 sessions before the signal)."""
     n = int(os.environ.get("PERFMODEL_KILLS", "24"))
     signals = [signal.SIGINT if i % 2 else signal.SIGKILL for i in range(n)]
-    kills = run_kills(tmp_path / "results", signals, seed=7, max_delay_s=7.0)
+    kills = run_kills(tmp_path / "results", signals, seed=7, max_delay_s=3.0)
     print(report(kills))
     hit = [k for k in kills if k.killed]
     assert len(hit) == n and {k.signal for k in hit} == {"SIGINT", "SIGKILL"}
