@@ -324,16 +324,26 @@ def slugify(text: str) -> str:
     return slug or "unknown"
 
 
-def _cpu_model_name() -> str:
+def _cpuinfo_fields(*labels: str) -> dict[str, str]:
+    """The first non-empty value of each of ``labels`` in /proc/cpuinfo (absent ones left out)."""
+    found: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
                 label, _, value = line.partition(":")
-                if label.strip() == "model name" and value.strip():
-                    return value.strip()
+                label, value = label.strip(), value.strip()
+                if label in labels and value and label not in found:
+                    found[label] = value
+                    if len(found) == len(labels):
+                        break
     except OSError:
         pass
-    return platform.processor() or platform.machine() or "unknown"
+    return found
+
+
+def _cpu_model_name() -> str:
+    name = _cpuinfo_fields("model name").get("model name")
+    return name or platform.processor() or platform.machine() or "unknown"
 
 
 def usable_cpus() -> int:
@@ -346,21 +356,9 @@ def usable_cpus() -> int:
 
 def _cpu_family_model() -> tuple[int, int] | None:
     """(cpu family, model) numbers from /proc/cpuinfo, or None where absent."""
-    found: dict[str, int] = {}
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                label, _, value = line.partition(":")
-                label = label.strip()
-                if label in ("cpu family", "model") and label not in found:
-                    if not value.strip().isdigit():
-                        return None
-                    found[label] = int(value)
-                if len(found) == 2:
-                    return found["cpu family"], found["model"]
-    except OSError:
-        pass
-    return None
+    fields = _cpuinfo_fields("cpu family", "model")
+    numbers = [fields.get(label, "") for label in ("cpu family", "model")]
+    return (int(numbers[0]), int(numbers[1])) if all(n.isdigit() for n in numbers) else None
 
 
 def cpu_device_key(model_name: str | None = None, cpus: int | None = None,
@@ -379,9 +377,8 @@ def cpu_device_key(model_name: str | None = None, cpus: int | None = None,
     if model_name is None:
         model_name = _cpu_model_name()
         family_model = _cpu_family_model() if family_model is None else family_model
-    model = model_name
     cpus = usable_cpus() if cpus is None else cpus
-    model = re.sub(r"\((r|tm|c)\)", " ", model, flags=re.IGNORECASE)
+    model = re.sub(r"\((r|tm|c)\)", " ", model_name, flags=re.IGNORECASE)
     model = re.sub(r"@.*$", " ", model)
     model = re.sub(r"\b(cpu|processor)\b", " ", model, flags=re.IGNORECASE)
     if family_model is not None and not re.search(r"\d", model):

@@ -339,8 +339,6 @@ def _same_host_setup(record: dict, device: DeviceSpec, allocator: str | None) ->
     """Whether ``record`` was measured with ``device``'s thread count and, when
     ``allocator`` is given, under that host allocator policy (or they do not matter:
     off a CPU, and for collectives, whose ranks share the host whatever they run)."""
-    env = record.get("env", {})
-    threads = env.get("threads")
     if device.kind != "cpu":
         return True
     try:
@@ -351,6 +349,7 @@ def _same_host_setup(record: dict, device: DeviceSpec, allocator: str | None) ->
         return True
     if allocator is not None and record_allocator(record) != allocator:
         return False
+    threads = record.get("env", {}).get("threads")
     return device.threads is None or threads is None or threads == device.threads
 
 

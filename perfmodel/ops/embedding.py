@@ -108,8 +108,8 @@ def table_indices(params: Mapping[str, int], table: int, batch: int = 0) -> np.n
     """Row indices (int64, in [0, E)) of the B·L lookups into ``table``, bag-major.
 
     Seeded by the config, the table number and the ``batch`` number, so every op
-    sees the same indices for the same batch. Zipf ranks are mapped to rows by an affine permutation,
-    so hot rows are spread over the table rather than adjacent.
+    sees the same indices for the same batch. Zipf ranks are mapped to rows by an
+    affine permutation, so hot rows are spread over the table rather than adjacent.
     """
     b, e, l, code = (int(params[p]) for p in ("B", "E", "L", "ZIPF"))
     rng = np.random.default_rng([int(params[p]) for p in PARAMS] + [table]
