@@ -73,6 +73,7 @@ def features(kind: str, op: OpDef, direction: str, dtype: str,
     bytes per element.
     ``efficiency``: the roofline columns followed by the shape columns.
     """
+    params = op.complete_config(params)
     flops = op.flops(params, direction)
     moved = op.bytes_moved(params, dtype, direction)
     if kind == "roofline":
@@ -160,8 +161,9 @@ class OpAccuracy:
     noise_floor: float | None
     n_noise_pairs: int
     candidates: dict[str, dict[str, float]] = field(default_factory=dict)
-    #: GMAE between the first and the last run that measured each config: the
-    #: floor for a fit that pools runs taken hours apart (None with one run).
+    #: GMAE between the first and the last run that measured each config: how
+    #: far timings move between sessions (None with one run). The fit itself
+    #: uses each config's newest run (:func:`newest_per_config`).
     noise_floor_runs: float | None = None
 
     @property
@@ -211,6 +213,23 @@ def samples_from_records(records: Iterable[dict]) -> dict[tuple[str, str], list[
             Sample(r["dtype"], params, float(r["measurement"]["median_s"]),
                    str(r.get("run_id")), int(r["replicate"])))
     return grouped
+
+
+def newest_per_config(samples: Iterable[Sample]) -> list[Sample]:
+    """The samples of each config's newest run only (run ids start with their
+    UTC start time, so the largest id is the newest).
+
+    A device key names a CPU model, not a host: the same model behind another
+    VM ran this repo's GEMMs 20% slower (mlp_small's layers on
+    cpu-amd-epyc-f25m17-2c, two sessions apart). Pooling sessions would fit
+    their average; re-measuring a config replaces its older timings instead, so
+    a fresh sweep prices the host that the end-to-end runs measure."""
+    samples = list(samples)
+    newest: dict[tuple, str] = {}
+    for s in samples:
+        if s.run_id > newest.get(s.config_key, ""):
+            newest[s.config_key] = s.run_id
+    return [s for s in samples if s.run_id == newest[s.config_key]]
 
 
 def random_folds(keys: Sequence, n_folds: int = N_FOLDS, seed: int = 0) -> list[set]:
@@ -297,8 +316,11 @@ def choose_kind(candidates: Mapping[str, Mapping[str, float]]) -> tuple[str, str
 def fit_op(op_name: str, direction: str, samples: list[Sample], device: DeviceSpec,
            kinds: Sequence[str] | None = None) -> tuple[OpPredictor, OpAccuracy]:
     """Score every predictor kind on held-out configs, keep the best (see
-    :func:`choose_kind`), refit it on all configs."""
+    :func:`choose_kind`), refit it on all configs. Each config's newest run is
+    what is fitted and scored (:func:`newest_per_config`); the older runs give
+    the between-runs noise floor."""
     op = get_op(op_name)
+    all_samples, samples = samples, newest_per_config(samples)
     keys = sorted({s.config_key for s in samples})
     if len(keys) < MIN_CONFIGS:
         raise ValueError(f"{op_name}.{direction}: {len(keys)} distinct configs measured, "
@@ -331,7 +353,7 @@ def fit_op(op_name: str, direction: str, samples: list[Sample], device: DeviceSp
     accuracy = OpAccuracy(op_name, direction, len(keys), len(samples), chosen, reason,
                           best["gmae"], best["mape"], best["max_error"],
                           best["gmae_extrapolation"], floor, n_pairs, candidates,
-                          between_runs_noise_floor(samples))
+                          between_runs_noise_floor(all_samples))
     return final, accuracy
 
 
@@ -356,7 +378,8 @@ def _same_host_setup(record: dict, device: DeviceSpec, allocator: str | None) ->
 def fit_predictors(records: Iterable[dict], device: DeviceSpec,
                    only: Iterable[tuple[str, str]] | None = None,
                    allocator: str | None = None) -> FitReport:
-    """Fit and score every (op, direction) found in ``records`` (or just ``only``).
+    """Fit and score every (op, direction) found in ``records`` (or just ``only``),
+    on each config's newest measurements (:func:`newest_per_config`).
 
     On a CPU, records measured with another torch thread count than ``device``'s
     (e.g. by the single-thread ranks of a sharded sweep on one host) time a
@@ -441,8 +464,27 @@ def load_fit(folder: Path) -> FitReport:
             report.accuracy[key] = OpAccuracy(**entry["accuracy"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{index_path}: bad entry {entry!r} ({exc})") from None
-        report.predictors[key] = OpPredictor(*key, kind, load_predictor(folder / stem))
+        estimator = load_predictor(folder / stem)
+        stale = _stale_features(kind, *key, estimator)
+        if stale:
+            report.skipped[key] = stale
+            del report.accuracy[key]
+            continue
+        report.predictors[key] = OpPredictor(*key, kind, estimator)
     return report
+
+
+def _stale_features(kind: str, op_name: str, direction: str, estimator) -> str | None:
+    """Why a loaded predictor cannot price ``op_name`` any more (its op gained a
+    param since the fit: the feature rows are longer), or None."""
+    op = get_op(op_name)
+    sample = op.configs("smoke")[0]
+    expected = len(features(kind, op, direction, op.dtypes[0], sample))
+    fitted = getattr(estimator, "n_features_in_", expected)
+    if fitted == expected:
+        return None
+    return (f"{op_name}.{direction}: fitted on {fitted} features, the op now has {expected} "
+            f"(its params changed); re-run `pytest suites/ -m microbench` to refit")
 
 
 def load_latest_fit(store: ResultStore, threads: int | None = None

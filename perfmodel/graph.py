@@ -252,6 +252,7 @@ class _Planner:
             if via is None:
                 return False
             op, params = OPS[via[0]], via[1]
+        params = op.backward_params(params, node)
         kind = "covered" if owner in self.backward_done else "op"
         self.backward_done.add(owner)
         self.tasks.append(self._task(node, kind, op.family, fwd.region, op=op.name,

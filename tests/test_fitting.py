@@ -83,6 +83,19 @@ def test_saved_fit_predicts_the_same(tmp_path):
         np.testing.assert_array_equal(loaded.predictors[key].predict("float32", configs),
                                       predictor.predict("float32", configs))
         assert loaded.accuracy[key].gmae == report.accuracy[key].gmae
+    # A predictor fitted before its op gained a param is skipped, with the reason.
+    from perfmodel.fitting import FitReport, fit_op, samples_from_records
+
+    key = ("linear", "forward")
+    shaped = FitReport()
+    shaped.predictors[key], shaped.accuracy[key] = fit_op(
+        *key, samples_from_records(planted_records())[key], SPEC, kinds=["shape"])
+    op = get_op("linear")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(type(op), "params", op.params + ("EXTRA",))
+        patch.setattr(type(op), "param_defaults", {**op.param_defaults, "EXTRA": 1})
+        stale = load_fit(save_fit(shaped, store, "run-0"))
+    assert key not in stale.predictors and "re-run" in stale.skipped[key]
     # A tampered index (a path escaping the folder) is refused with the file named.
     index = json.loads((folder / "index.json").read_text())
     index["entries"][0]["stem"] = "../../evil"
@@ -237,3 +250,29 @@ def test_a_cpu_fit_trains_only_on_its_allocator_policy():
     predict = [f.predictor(case.op, case.direction).predict(case.dtype, [case.params])[0]
                for f in (kept, old)]
     assert predict[1] > 2.5 * predict[0]
+
+
+def test_a_remeasured_config_is_fitted_on_its_newest_run_only():
+    """A config measured again (another session, perhaps another host behind the
+    same device key) replaces its older timings; configs measured once keep
+    theirs; the older run still feeds the between-runs noise floor."""
+    from perfmodel.fitting import Sample, newest_per_config
+
+    old = threaded_records(2, "20261101T000000Z-1-aaaa", 3.0)
+    new = threaded_records(2, "20261123T000000Z-2-bbbb", 1.0)
+    records = old + new
+    case = next(c for c in get_op("linear").cases("quick") if c.direction == "forward")
+    fitted = fit_predictors(records, SPEC, only=[("linear", "forward")])
+    alone = fit_predictors(new, SPEC, only=[("linear", "forward")])
+    predict = [f.predictor(case.op, case.direction).predict(case.dtype, [case.params])[0]
+               for f in (fitted, alone)]
+    assert predict[0] == pytest.approx(predict[1], rel=1e-9)
+    accuracy = fitted.accuracy[("linear", "forward")]
+    assert accuracy.n_samples == len(new)
+    assert accuracy.noise_floor_runs > 0.5  # the 3x older run
+
+    def s(run, n):
+        return Sample("float32", (("N", n),), 1.0, run, 0)
+
+    kept = newest_per_config([s("r1", 8), s("r2", 8), s("r1", 16)])
+    assert kept == [s("r2", 8), s("r1", 16)]

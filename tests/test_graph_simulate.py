@@ -47,9 +47,34 @@ def test_forward_and_backward_ops_are_mapped(graph):
     assert ("mse_loss", "forward") in ops and ("mse_loss", "backward") in ops
     assert ("sgd_foreach", "forward") in ops
     first = next(t for t in graph.tasks if t.op == "linear")
-    assert first.params == {"B": 8, "IN": 16, "OUT": 32} and first.dtype == "float32"
+    assert first.params == {"B": 8, "IN": 16, "OUT": 32, "GRAD_INPUT": 1}
+    assert first.dtype == "float32"
+    # the first layer's input needs no gradient: its backward runs one GEMM
+    backward = {t.params["IN"]: t.params["GRAD_INPUT"] for t in graph.tasks
+                if t.kind == "op" and t.op == "linear" and t.direction == "backward"}
+    assert backward == {16: 0, 32: 1}
     step = next(t for t in graph.tasks if t.op == "sgd_foreach")
     assert step.params == {"NTENSORS": 4, "NUMEL": round((16 * 32 + 32 + 32 + 1) / 4)}
+
+
+def test_a_conv_backward_without_input_gradient_is_its_own_config(tmp_path):
+    """The stem conv's input needs no gradient: its backward is GRAD_INPUT 0, read
+    from convolution_backward's output_mask; the next conv's is 1."""
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 4, 1))
+    x = torch.randn(2, 3, 8, 8)
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        model(x).sum().backward()
+
+    files = capture_trace(step, tmp_path, "conv", iterations=1, warmup=1)
+    g = build_graph(load_trace(files.et, files.kineto, files.calibration))
+    backward = {t.params["C"]: t.params["GRAD_INPUT"] for t in g.tasks
+                if t.kind == "op" and t.op == "conv2d" and t.direction == "backward"}
+    assert backward == {3: 0, 8: 1}
 
 
 def test_nothing_is_dropped(graph):
@@ -184,7 +209,7 @@ def test_match_reads_conv_scalars_and_sdpa_causality():
     op, params, dtype = match_node(conv)
     assert op.name == "conv2d" and dtype == "float32"
     assert params == {"N": 2, "C": 8, "H": 16, "W": 16, "K": 4, "R": 3, "STRIDE": 2, "PAD": 1,
-                      "DIL": 1, "GROUPS": 1}
+                      "DIL": 1, "GROUPS": 1, "GRAD_INPUT": 1}
     sdpa = TraceNode(2, "aten::scaled_dot_product_attention", 0, {
         "types": ["Tensor(c10::BFloat16)"] * 3 + ["None", "Double", "Bool", "None", "Bool"],
         "shapes": [[2, 4, 16, 8]] * 3 + [[], [], [], [], []],
@@ -264,7 +289,7 @@ def test_cuda_kernels_are_tied_to_their_ops_and_simulated_on_streams(tmp_path):
     assert kernel.launch_ts_s == pytest.approx(20e-6)
     graph = build_graph(trace)
     linear = next(t for t in graph.tasks if t.op == "linear")
-    assert linear.kernels == [kernel] and linear.params == {"B": 64, "IN": 32, "OUT": 16}
+    assert linear.kernels == [kernel] and linear.params == {"B": 64, "IN": 32, "OUT": 16, "GRAD_INPUT": 1}
     assert any(t.sync for t in graph.tasks if t.name == "aten::item")
     table = table_from_samples([samples_from_graph("t", graph, BANDWIDTH)], BANDWIDTH)
     pred = predict_graph(graph, _Fit(1e-3), table, on_device=True)

@@ -71,12 +71,15 @@ def test_small_smoke_configs_build_and_run_on_cpu(name, data):
 def test_runner_output_shapes_match_the_config():
     conv = get_op("conv2d")
     p = {"N": 2, "C": 4, "H": 9, "W": 7, "K": 6, "R": 3, "STRIDE": 2, "PAD": 1, "DIL": 1,
-         "GROUPS": 2}
+         "GROUPS": 2, "GRAD_INPUT": 1}
     out = conv.make_runner(p, "float32", "forward", "cpu")()
     assert tuple(out.shape) == (2, 6, out_size(9, 3, 2, 1, 1), out_size(7, 3, 2, 1, 1))
     dw = dict(p, C=6, GROUPS=6)
     grads = conv.make_runner(dw, "float32", "backward", "cpu")()
     assert [tuple(g.shape) for g in grads] == [(2, 6, 9, 7), (6, 1, 3, 3), (6,)]
+    grads = conv.make_runner(dict(dw, GRAD_INPUT=0), "float32", "backward", "cpu")()
+    assert [tuple(g.shape) for g in grads] == [(6, 1, 3, 3), (6,)]  # no input gradient
+    assert conv.flops(dict(dw, GRAD_INPUT=0), "backward") < conv.flops(dw, "backward")
     for dropout in (0, 1):
         q = get_op("sdpa").make_runner({"B": 2, "H": 3, "S": 5, "DH": 8, "CAUSAL": 1,
                                         "DROPOUT": dropout}, "bfloat16", "forward", "cpu")()
@@ -123,7 +126,7 @@ def test_conv_trace_shapes_map_back_to_the_shape_params(name, bias, data):
     g = data.draw(st.integers(1, 64), label="GROUPS")
     p = {"N": data.draw(dims, label="N"), "C": g * data.draw(st.integers(1, 64), label="C/G"),
          "K": g * data.draw(st.integers(1, 64), label="K/G"), "R": data.draw(st.integers(1, 11)),
-         "GROUPS": g}
+         "GROUPS": g, "GRAD_INPUT": 1}  # a forward node: its input's gradient is assumed
     p.update({s: data.draw(dims, label=s) for s in SPATIAL[name]})
     x = [p["N"], p["C"], *(p[s] for s in SPATIAL[name])]
     w = [p["K"], p["C"] // g, *(p["R"] for _ in SPATIAL[name])]

@@ -130,6 +130,13 @@ class OpDef:
         and config whose backward is the same work, or None."""
         return None
 
+    def backward_params(self, params: Mapping[str, int], node) -> dict[str, int]:
+        """The config of the backward an autograd ``evaluate_function`` ``node``
+        ran for forward config ``params``: by default the same. Ops whose
+        backward skips work when the input needs no gradient (the first layer
+        of a network) read that from the node's descendants."""
+        return dict(params)
+
     def params_from_node(self, node) -> dict[str, int] | None:
         """This op's config from a :class:`~perfmodel.trace.TraceNode` (whose
         name is one of ``trace_names``), or None when the node is not an

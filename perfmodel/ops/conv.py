@@ -2,8 +2,9 @@
 
 Config params: ``N`` batch, ``C`` input channels, spatial size (``H``, ``W``
 or ``L``), ``K`` output channels, ``R`` kernel size (square for 2-D),
-``STRIDE``, ``PAD``, ``DIL`` (dilation) and ``GROUPS`` (``GROUPS == C == K``
-is a depthwise conv). Generated configs always have ``C`` and ``K``
+``STRIDE``, ``PAD``, ``DIL`` (dilation), ``GROUPS`` (``GROUPS == C == K``
+is a depthwise conv) and ``GRAD_INPUT`` (0 when the backward computes no
+input gradient, as a network's first layer does; the forward ignores it). Generated configs always have ``C`` and ``K``
 divisible by ``GROUPS`` and an output size of at least 1.
 """
 
@@ -14,20 +15,27 @@ import random
 from typing import Mapping
 
 from perfmodel.ops.base import DTYPE_BYTES, OpDef, log_uniform_ints, sample_configs, torch_dtype
+from perfmodel.ops.gemm import GRAD_INPUT_EVERY
 
-#: Configs per profile and the largest forward FLOP count of one call.
-_CONFIGS = {"smoke": 4, "quick": 48, "full": 2000}
-_MAX_FLOPS = {"smoke": 2e6, "quick": 5e7, "full": 2e10}
+#: Configs per profile (``conv2d``; ``conv1d``, which no CNN workload uses, takes
+#: :data:`_CONV1D_SHARE` of them) and the largest forward FLOP count of one call.
+_CONFIGS = {"smoke": 4, "quick": 80, "full": 2000}
+_CONV1D_SHARE = 0.4
+_MAX_FLOPS = {"smoke": 2e6, "quick": 4e8, "full": 2e10}
 #: Largest channel count and spatial size drawn, per profile.
 _MAX_CHANNELS = {"smoke": 16, "quick": 256, "full": 2048}
 _MAX_BATCH = {"smoke": 2, "quick": 16, "full": 128}
-#: Largest input drawn (elements), per profile.
+#: Smallest and largest input drawn (elements), per profile.
+_MIN_INPUT_ELEMENTS = 8192
 _MAX_INPUT_ELEMENTS = {"smoke": 4096, "quick": 1 << 21, "full": 1 << 26}
-#: Kinds of conv cycled through, so every profile has dense, pointwise (1×1),
-#: depthwise and grouped ones, the layers of ResNet- and MobileNet-style nets.
-_KINDS = ("dense", "pointwise", "depthwise", "grouped")
-#: Share of configs whose spatial dims are all equal, as in CNNs' square images.
-_SQUARE = 0.75
+#: Kinds of conv cycled through, weighted as in ResNet- and MobileNet-style nets:
+#: mostly dense (3x3 and larger) and pointwise (1x1), then depthwise and grouped.
+_KINDS = ("dense", "pointwise", "depthwise", "dense", "pointwise", "grouped")
+#: Share of configs whose spatial dims are all equal, as in CNNs' square images,
+#: of dilated ones, and of unpadded ones (the rest keep the size: "same" padding).
+_SQUARE = 0.9
+_DILATED = 0.125
+_UNPADDED = 0.15
 
 
 def out_size(size: int, r: int, stride: int, pad: int, dil: int) -> int:
@@ -46,6 +54,8 @@ def _valid(cfg: Mapping[str, int], spatial: tuple[str, ...]) -> bool:
 class _Conv(OpDef):
     family = "conv"
     directions = ("forward", "backward")
+    #: measured before GRAD_INPUT existed: the input always needed a gradient
+    param_defaults = {"GRAD_INPUT": 1}
     dtypes = ("float32", "bfloat16")
     #: Spatial param names, e.g. ``("H", "W")``.
     spatial: tuple[str, ...] = ()
@@ -54,31 +64,39 @@ class _Conv(OpDef):
 
     # -- shape space -------------------------------------------------------
     def generate_configs(self, profile):
+        count = _CONFIGS[profile]
+        if len(self.spatial) == 1:
+            count = max(4, round(count * _CONV1D_SHARE))
         configs = sample_configs(
-            f"{self.name}-{profile}", self.params, _CONFIGS[profile],
-            lambda rng, n: self._draw(rng, profile, _KINDS[n % len(_KINDS)]),
+            f"{self.name}-{profile}", self.params, count,
+            lambda rng, n: {**self._draw(rng, profile, _KINDS[n % len(_KINDS)]),
+                            "GRAD_INPUT": int(rng.random() >= 1 / GRAD_INPUT_EVERY)},
             lambda c: _valid(c, self.spatial) and self.flops(c, "forward") <= _MAX_FLOPS[profile])
         return sorted(configs, key=lambda c: self.flops(c, "forward"))
 
     def _draw(self, rng: random.Random, profile: str, kind: str) -> dict[str, int]:
-        """One candidate config of ``kind`` (dense, depthwise or grouped)."""
+        """One candidate config of ``kind`` (dense, pointwise, depthwise or grouped),
+        drawn as CNN layers are built: odd kernels (3x3 most often), strides 1
+        and 2, "same" padding, seldom dilated."""
         top = _MAX_CHANNELS[profile]
         if kind == "depthwise":
-            c = k = g = log_uniform_ints(rng, 1, top)
+            c = k = g = log_uniform_ints(rng, 4, top)
         elif kind == "grouped":
-            g = rng.choice((2, 4, 8))
+            g = rng.choice((2, 4, 8, 32))
             c = g * log_uniform_ints(rng, 1, max(1, top // g))
             k = g * log_uniform_ints(rng, 1, max(1, top // g))
         else:
-            g, c, k = 1, log_uniform_ints(rng, 1, top), log_uniform_ints(rng, 1, top)
-        r = 1 if kind == "pointwise" else rng.choice((1, 3, 3, 5, 7))
-        dil = rng.choice((1, 1, 1, 2))
+            g, c, k = 1, log_uniform_ints(rng, 3, top), log_uniform_ints(rng, 4, top)
+        r = 1 if kind == "pointwise" else rng.choice((3, 3, 3, 5, 7) if kind == "depthwise"
+                                                     else (1, 3, 3, 3, 5, 7))
+        dil = 2 if r > 1 and rng.random() < _DILATED else 1
         cfg = {"N": log_uniform_ints(rng, 1, _MAX_BATCH[profile]), "C": c, "K": k, "R": r,
-               "STRIDE": rng.choice((1, 1, 2)), "PAD": rng.choice((0, dil * (r // 2))),
+               "STRIDE": rng.choice((1, 1, 2)),
+               "PAD": 0 if rng.random() < _UNPADDED else dil * (r // 2),
                "DIL": dil, "GROUPS": g}
         # the input's size is drawn log-uniformly, then shared out: per-dim draws
         # multiply to mostly small inputs, below the activations of real CNNs
-        elements = log_uniform_ints(rng, 16, _MAX_INPUT_ELEMENTS[profile])
+        elements = log_uniform_ints(rng, _MIN_INPUT_ELEMENTS, _MAX_INPUT_ELEMENTS[profile])
         top = self.max_spatial[profile]
         side = (elements / (cfg["N"] * c)) ** (1 / len(self.spatial))
         square = rng.random() < _SQUARE
@@ -104,7 +122,8 @@ class _Conv(OpDef):
         t = dict(dtype=torch_dtype(dtype), device=device)
         grad = direction == "backward"
         p = params
-        x = torch.randn(p["N"], p["C"], *(p[s] for s in self.spatial), requires_grad=grad, **t)
+        x = torch.randn(p["N"], p["C"], *(p[s] for s in self.spatial),
+                        requires_grad=grad and p["GRAD_INPUT"] == 1, **t)
         w = torch.randn(p["K"], p["C"] // p["GROUPS"], *(p["R"] for _ in self.spatial),
                         requires_grad=grad, **t)
         b = torch.randn(p["K"], requires_grad=grad, **t)
@@ -114,7 +133,8 @@ class _Conv(OpDef):
             return lambda: conv(x, w, b, **kw)
         out = conv(x, w, b, **kw)
         grad_out = torch.randn_like(out)
-        return lambda: torch.autograd.grad(out, (x, w, b), grad_out, retain_graph=True)
+        wrt = (x, w, b) if x.requires_grad else (w, b)
+        return lambda: torch.autograd.grad(out, wrt, grad_out, retain_graph=True)
 
     # -- analytic work -----------------------------------------------------
     def _sizes(self, p: Mapping[str, int]) -> tuple[float, float, float, float]:
@@ -134,24 +154,27 @@ class _Conv(OpDef):
 
     def flops(self, params, direction):
         """FLOP of one call: 2 per multiply-accumulate (forward: the conv;
-        backward: grad_input and grad_weight, each as large as the forward),
+        backward: grad_weight and, with ``GRAD_INPUT``, grad_input, each as
+        large as the forward),
         1 per output element for the bias (its sum in backward), and 1 per
         input element for reading/laying out the input. The last is tiny for
         real convs but keeps the count strictly growing in the spatial size
         when a large stride pins the output size."""
         inp, _, out, macs = self._sizes(params)
-        return (2.0 if direction == "forward" else 4.0) * macs + out + inp
+        convs = 1 if direction == "forward" else 1 + params["GRAD_INPUT"]
+        return 2.0 * convs * macs + out + inp
 
     def bytes_moved(self, params, dtype, direction):
         """Bytes of one call, each tensor touched once. Forward reads input,
         weight and bias and writes the output; backward reads grad_output,
-        input and weight and writes grad_input, grad_weight and grad_bias."""
+        input and weight and writes grad_input (with ``GRAD_INPUT``),
+        grad_weight and grad_bias."""
         inp, weight, out, _ = self._sizes(params)
         k = params["K"]
         if direction == "forward":
             elements = inp + weight + k + out
         else:
-            elements = out + 2 * inp + 2 * weight + k
+            elements = out + (1 + params["GRAD_INPUT"]) * inp + 2 * weight + k
         return DTYPE_BYTES[dtype] * elements
 
     # -- trace mapping -----------------------------------------------------
@@ -181,7 +204,7 @@ class _Conv(OpDef):
             return None
         if len(input_shapes) > 2 and list(input_shapes[2]) not in ([], [k]):
             return None
-        out = {"N": n, "C": c, "K": k, "R": kernel[0], "GROUPS": groups}
+        out = {"N": n, "C": c, "K": k, "R": kernel[0], "GROUPS": groups, "GRAD_INPUT": 1}
         out.update(zip(self.spatial, x[2:]))
         return out
 
@@ -204,12 +227,22 @@ class _Conv(OpDef):
             scalars.append(values[0])
         return {**params, **dict(zip(("STRIDE", "PAD", "DIL"), scalars))}
 
+    def backward_params(self, params, node):
+        """``GRAD_INPUT`` from the ``output_mask`` (its last argument, three
+        bools: input, weight, bias) of the node's ``aten::convolution_backward``."""
+        for n in node.walk():
+            if n.name == "aten::convolution_backward" and n.input_values:
+                mask = n.input_values[-1]
+                if isinstance(mask, list) and mask and isinstance(mask[0], bool):
+                    return {**params, "GRAD_INPUT": int(mask[0])}
+        return dict(params)
+
 
 class Conv2d(_Conv):
     """``torch.nn.functional.conv2d`` on an N×C×H×W input with a K×(C/GROUPS)×R×R weight."""
 
     name = "conv2d"
-    params = ("N", "C", "H", "W", "K", "R", "STRIDE", "PAD", "DIL", "GROUPS")
+    params = ("N", "C", "H", "W", "K", "R", "STRIDE", "PAD", "DIL", "GROUPS", "GRAD_INPUT")
     #: R is not monotone: with a fixed PAD a larger kernel shrinks the output.
     monotone_params = ("N", "C", "H", "W", "K")
     spatial = ("H", "W")
@@ -223,7 +256,7 @@ class Conv1d(_Conv):
     """``torch.nn.functional.conv1d`` on an N×C×L input with a K×(C/GROUPS)×R weight."""
 
     name = "conv1d"
-    params = ("N", "C", "L", "K", "R", "STRIDE", "PAD", "DIL", "GROUPS")
+    params = ("N", "C", "L", "K", "R", "STRIDE", "PAD", "DIL", "GROUPS", "GRAD_INPUT")
     #: R is not monotone: with a fixed PAD a larger kernel shrinks the output.
     monotone_params = ("N", "C", "L", "K")
     spatial = ("L",)

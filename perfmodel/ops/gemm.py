@@ -17,22 +17,32 @@ _MAX_FLOPS = {"smoke": 3e7, "quick": 2e9, "full": 4e10}
 class _Gemm(OpDef):
     family = "gemm"
     dtypes = ("float32", "bfloat16")
+    #: Dimension params and their ranges; ``params`` may add flags after them.
     ranges: dict[str, tuple[int, int]] = {}
 
     def configs(self, profile: str) -> list[dict[str, int]]:
         check_profile(profile)
+        dims = tuple(self.ranges)
         if profile == "full":
-            grid = [dict(zip(self.params, values)) for values in self._full_grid()]
-            return [c for c in grid if self.flops(c, "forward") <= _MAX_FLOPS["full"]]
-        ranges = self.ranges if profile == "quick" else \
-            {p: (low, min(high, 512)) for p, (low, high) in self.ranges.items()}
-        return random_configs(f"{self.name}-{profile}", self.params, ranges, _CONFIGS[profile],
-                               lambda c: self.flops(c, "forward"), _MAX_FLOPS[profile])
+            grid = [dict(zip(dims, values)) for values in self._full_grid()]
+            configs = [c for c in grid if self.flops(self._flagged(c), "forward")
+                       <= _MAX_FLOPS["full"]]
+        else:
+            ranges = self.ranges if profile == "quick" else \
+                {p: (low, min(high, 512)) for p, (low, high) in self.ranges.items()}
+            configs = random_configs(f"{self.name}-{profile}", dims, ranges, _CONFIGS[profile],
+                                     lambda c: self.flops(self._flagged(c), "forward"),
+                                     _MAX_FLOPS[profile])
+        return [self._flagged(c, n) for n, c in enumerate(configs)]
+
+    def _flagged(self, config: dict[str, int], n: int = 0) -> dict[str, int]:
+        """``config`` (the ``n``-th drawn) with the op's flag params set."""
+        return config
 
     def _full_grid(self):
         import itertools
 
-        return itertools.product(*(self._full_axis(p) for p in self.params))
+        return itertools.product(*(self._full_axis(p) for p in self.ranges))
 
     def _full_axis(self, param: str) -> tuple[int, ...]:
         low, high = self.ranges[param]
@@ -68,7 +78,8 @@ class Addmm(_Gemm):
     def backward_via(self, params):
         """Autograd's backward of ``addmm(bias, A, B)`` is linear's with
         B = M, IN = K, OUT = N: two GEMMs and the bias reduction."""
-        return "linear", {"B": params["M"], "IN": params["K"], "OUT": params["N"]}
+        return "linear", {"B": params["M"], "IN": params["K"], "OUT": params["N"],
+                          "GRAD_INPUT": 1}
 
     def params_from_shapes(self, input_shapes):
         if len(input_shapes) < 3 or len(input_shapes[1]) != 2 or len(input_shapes[2]) != 2:
@@ -77,18 +88,30 @@ class Addmm(_Gemm):
         return {"M": m, "N": n, "K": k} if k == k2 else None
 
 
+#: Every n-th drawn ``linear`` and conv config has ``GRAD_INPUT`` = 0.
+GRAD_INPUT_EVERY = 4
+
+
 class Linear(_Gemm):
     """``torch.nn.functional.linear(x, W, b)`` with x: B×IN, W: OUT×IN.
 
-    The backward is what autograd runs: grad_input = grad_out·W,
-    grad_weight = grad_outᵀ·x, grad_bias = Σ grad_out.
+    The backward is what autograd runs: grad_input = grad_out·W (only when
+    ``GRAD_INPUT`` is 1: a network's first layer, whose input needs no
+    gradient, skips it), grad_weight = grad_outᵀ·x, grad_bias = Σ grad_out.
+    ``GRAD_INPUT`` does not change the forward.
     """
 
     name = "linear"
-    params = ("B", "IN", "OUT")
+    params = ("B", "IN", "OUT", "GRAD_INPUT")
+    #: measured before GRAD_INPUT existed: the input always needed a gradient
+    param_defaults = {"GRAD_INPUT": 1}
+    monotone_params = ("B", "IN", "OUT")
     directions = ("forward", "backward")
     trace_names = ("aten::linear",)
     ranges = {"B": (1, 4096), "IN": (1, 4096), "OUT": (1, 4096)}
+
+    def _flagged(self, config, n=0):
+        return {**config, "GRAD_INPUT": int(n % GRAD_INPUT_EVERY != GRAD_INPUT_EVERY - 1)}
 
     def make_runner(self, params, dtype, direction, device):
         import torch
@@ -96,24 +119,27 @@ class Linear(_Gemm):
 
         t = dict(dtype=torch_dtype(dtype), device=device)
         grad = direction == "backward"
-        x = torch.randn(params["B"], params["IN"], requires_grad=grad, **t)
+        x = torch.randn(params["B"], params["IN"], requires_grad=grad and params["GRAD_INPUT"] == 1,
+                        **t)
         w = torch.randn(params["OUT"], params["IN"], requires_grad=grad, **t)
         b = torch.randn(params["OUT"], requires_grad=grad, **t)
         if not grad:
             return lambda: F.linear(x, w, b)
         out = F.linear(x, w, b)
         grad_out = torch.randn_like(out)
-        return lambda: torch.autograd.grad(out, (x, w, b), grad_out, retain_graph=True)
+        wrt = (x, w, b) if x.requires_grad else (w, b)
+        return lambda: torch.autograd.grad(out, wrt, grad_out, retain_graph=True)
 
     def flops(self, params, direction):
         b, i, o = params["B"], params["IN"], params["OUT"]
-        return (2.0 if direction == "forward" else 4.0) * b * i * o + b * o
+        gemms = 1 if direction == "forward" else 1 + params["GRAD_INPUT"]
+        return 2.0 * gemms * b * i * o + b * o
 
     def bytes_moved(self, params, dtype, direction):
         b, i, o = params["B"], params["IN"], params["OUT"]
         elements = b * i + i * o + o + b * o
         if direction == "backward":
-            elements += b * i + i * o  # grad_input and grad_weight written
+            elements += b * i * params["GRAD_INPUT"] + i * o  # grad_input, grad_weight
         return DTYPE_BYTES[dtype] * elements
 
     def params_from_shapes(self, input_shapes):
@@ -122,7 +148,14 @@ class Linear(_Gemm):
         x, (o, i) = input_shapes[0], input_shapes[1]
         if x[-1] != i:
             return None
-        return {"B": math.prod(x[:-1]), "IN": i, "OUT": o}
+        return {"B": math.prod(x[:-1]), "IN": i, "OUT": o, "GRAD_INPUT": 1}
+
+    def backward_params(self, params, node):
+        """``GRAD_INPUT`` 0 when autograd's node ran one GEMM, not two: a 2-D
+        input that needs no gradient (``AddmmBackward0`` with one ``aten::mm``).
+        A 3-D input's backward spans several nodes and keeps ``GRAD_INPUT``."""
+        gemms = sum(1 for n in node.walk() if n.name == "aten::mm")
+        return {**params, "GRAD_INPUT": 0 if gemms == 1 else params["GRAD_INPUT"]}
 
 
 class Bmm(_Gemm):
