@@ -33,7 +33,7 @@ class TimerSettings:
     budget_s: float = 1.0
     warmup_s: float = 0.02
     min_samples: int = 5
-    cold_cache: bool = False  # flush the L2 before each sample; CUDA only, ignored on CPUs
+    cold_cache: bool = False  # flush the L2 before each sample of every op; CUDA only
 
 
 def estimated_call_s(case: OpCase, spec: DeviceSpec) -> float:
@@ -79,7 +79,9 @@ def _measure(op, case: OpCase, spec: DeviceSpec, device: str, settings: TimerSet
     timer = Timer(runner, device=device, target_rel_ci=settings.target_rel_ci,
                   budget_s=settings.budget_s, warmup_s=settings.warmup_s,
                   min_samples=settings.min_samples,
-                  flush_l2_bytes=spec.l2_bytes if settings.cold_cache and spec.kind == "cuda" else 0)
+                  flush_l2_bytes=spec.l2_bytes if settings.cold_cache and spec.kind == "cuda" else 0,
+                  flush_cpu_bytes=2 * spec.llc_bytes if op.cold_on_cpu and spec.kind == "cpu"
+                  and spec.llc_bytes else 0)
     return [timer.measure() for _ in range(replicates)]
 
 

@@ -118,6 +118,45 @@ def _predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def _drift(args: argparse.Namespace) -> int:
+    import torch
+
+    from perfmodel.allocator import keep_freed_memory
+    from perfmodel.device import detect_device
+    from perfmodel.drift import drift_record, probe, summarise
+    from perfmodel.env import environment
+    from perfmodel.plaindata import write_json_atomic
+    from perfmodel.store import new_run_id
+
+    spec = detect_device(args.device, Path(args.results), threads=args.threads)
+    if spec.kind != "cpu":
+        raise ValueError(f"drift probes a CPU host; {spec.key} is not a CPU")
+    torch.set_num_threads(spec.threads or 1)
+    keep_freed_memory()
+    step = max(1, round(10 / max(args.interval, 0.05)))
+
+    def progress(sample) -> None:
+        if sample.t_s > 0 and len(samples_seen) % step == 0:
+            print(f"perfmodel drift: {sample.t_s:5.1f} s "
+                  + "  ".join(f"{k} {v * 1e6:.0f} us" for k, v in sample.seconds.items()),
+                  file=sys.stderr)
+        samples_seen.append(sample)
+
+    samples_seen: list = []
+    samples = probe(args.seconds, args.interval, args.calls, progress=progress)
+    print(f"{'op':<8}{'samples':>8}{'min':>11}{'median':>11}{'max':>11}{'max/min':>9}"
+          f"{'GMAE':>8}")
+    for row in summarise(samples):
+        print(f"{row.op:<8}{row.n:>8}{row.min_s * 1e6:>9.0f}us{row.median_s * 1e6:>9.0f}us"
+              f"{row.max_s * 1e6:>9.0f}us{row.ratio:>8.2f}x{row.gmae:>8.1%}")
+    path = Path(args.results) / spec.key / "drift" / f"{new_run_id()}.json"
+    write_json_atomic(path, drift_record(samples, spec.key,
+                                         environment(spec.key, spec.threads),
+                                         args.interval, args.calls))
+    print(f"wrote {path}")
+    return 0
+
+
 def _stats(args: argparse.Namespace) -> int:
     from perfmodel.stats import format_stats, load_stats
 
@@ -215,6 +254,21 @@ def build_parser() -> argparse.ArgumentParser:
     baseline.add_argument("--last", type=int, default=5, help="newest runs to use (default: 5)")
     _detecting(baseline)
     baseline.set_defaults(func=_baseline)
+    drift = sub.add_parser(
+        "drift", help="how far this host's speed moves over time (the floor under accuracy)",
+        description="Time two reference ops (a 512^3 fp32 addmm and a 4M-element add) every "
+                    "INTERVAL seconds for SECONDS, each sample the median of CALLS calls; print "
+                    "per op the min, median and max sample, max/min and the GMAE of the samples "
+                    "against their median, and write them to "
+                    "RESULTS/<device-key>/drift/<run-id>.json.")
+    drift.add_argument("--seconds", type=float, default=60.0,
+                       help="how long to probe (default: 60)")
+    drift.add_argument("--interval", type=float, default=0.5,
+                       help="pause between samples, seconds (default: 0.5)")
+    drift.add_argument("--calls", type=int, default=20,
+                       help="calls per op and sample (default: 20)")
+    _detecting(drift)
+    drift.set_defaults(func=_drift)
     report = sub.add_parser(
         "report", help="write the HTML report (plots, accuracy and E2E tables) from stored results",
         description="Write one self-contained HTML file (figures embedded, no external URL) "

@@ -178,6 +178,8 @@ class FitReport:
     predictors: dict[tuple[str, str], OpPredictor] = field(default_factory=dict)
     accuracy: dict[tuple[str, str], OpAccuracy] = field(default_factory=dict)
     skipped: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: loaded predictors left out because their op's params changed since the fit
+    stale: tuple[tuple[str, str], ...] = ()
     data_runs: tuple[str, ...] = ()  # run ids of the measurements it was trained on
     #: torch threads of the CPU measurements it was trained on (None: not a CPU
     #: fit, or a fit saved before thread counts were recorded).
@@ -468,6 +470,7 @@ def load_fit(folder: Path) -> FitReport:
         stale = _stale_features(kind, *key, estimator)
         if stale:
             report.skipped[key] = stale
+            report.stale += (key,)
             del report.accuracy[key]
             continue
         report.predictors[key] = OpPredictor(*key, kind, estimator)

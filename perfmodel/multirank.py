@@ -88,13 +88,17 @@ def missing_fit_message(store_dir: Path, threads: int, profile: str = "quick",
 def require_fit(store, threads: int, profile: str = "quick"):
     """The newest fit of ``store`` (a :class:`~perfmodel.store.ResultStore`)
     measured at ``threads`` torch threads; :class:`MultirankError` when there is
-    none or it has no per-op (non-collective) predictor."""
+    none, it has no per-op (non-collective) predictor, or some are stale."""
     from perfmodel.fitting import load_latest_fit
     from perfmodel.ops import get_op
 
     fit, _ = load_latest_fit(store, threads=threads)
     if fit is None:
         raise MultirankError(missing_fit_message(store.dir, threads, profile))
+    if fit.stale:
+        names = ", ".join(f"{op}.{direction}" for op, direction in fit.stale)
+        raise MultirankError(missing_fit_message(
+            store.dir, threads, profile, f"predictors fitted before their ops changed ({names})"))
     if all(get_op(op).family == "collective" for op, _ in fit.predictors):
         raise MultirankError(missing_fit_message(store.dir, threads, profile,
                                                  "only collective predictors in the fit"))

@@ -342,6 +342,8 @@ class Timer:
     paths, the warm-up duration and the sampling budget. With `flush_l2_bytes > 0`
     (CUDA only) a buffer of twice that size is zeroed before each sample, outside the
     timed region, each sample times a single call, and the result is marked "cold".
+    `flush_cpu_bytes > 0` (CPU only) does the same with a host buffer of that size,
+    evicting the last-level cache.
     """
 
     def __init__(
@@ -357,6 +359,7 @@ class Timer:
         min_block_s: float = 2e-5,
         device: str = "cpu",
         flush_l2_bytes: int = 0,
+        flush_cpu_bytes: int = 0,
         clock_ns: Callable[[], int] = time.perf_counter_ns,
     ):
         if not callable(fn):
@@ -377,9 +380,13 @@ class Timer:
             raise ValueError(f"min_block_s must be >= 0, got {min_block_s!r}")
         if not (_is_int(flush_l2_bytes) and flush_l2_bytes >= 0):
             raise ValueError(f"flush_l2_bytes must be an int >= 0, got {flush_l2_bytes!r}")
+        if not (_is_int(flush_cpu_bytes) and flush_cpu_bytes >= 0):
+            raise ValueError(f"flush_cpu_bytes must be an int >= 0, got {flush_cpu_bytes!r}")
         self.cuda_index = _parse_timer_device(device)
         if self.cuda_index is None and flush_l2_bytes:
             raise ValueError("flush_l2_bytes applies to CUDA devices only")
+        if self.cuda_index is not None and flush_cpu_bytes:
+            raise ValueError("flush_cpu_bytes applies to CPU devices only")
         self.fn = fn
         self.target_rel_ci = target_rel_ci
         self.budget_s = budget_s
@@ -390,6 +397,7 @@ class Timer:
         self.min_block_s = min_block_s
         self.device = device
         self.flush_l2_bytes = flush_l2_bytes
+        self.flush_cpu_bytes = flush_cpu_bytes
         self.clock_ns = clock_ns
 
     def measure(self) -> Measurement:
@@ -432,9 +440,18 @@ class Timer:
                 fn()
             return (clock_ns() - start) / _NS_PER_S
 
-        threads = _torch().get_num_threads()
+        torch = _torch()
+        flush = None
+        if self.flush_cpu_bytes:
+            flush_buffer = torch.empty(self.flush_cpu_bytes, dtype=torch.uint8)
+
+            def flush() -> None:
+                flush_buffer.fill_(int(flush_buffer[0]) ^ 1)  # written, not just read
+
+        cold = bool(self.flush_cpu_bytes)
         return self._run(
-            time_block, before_sample=None, force_single=False, timer="perf_counter", cache="hot", threads=threads
+            time_block, before_sample=flush, force_single=cold, timer="perf_counter",
+            cache="cold" if cold else "hot", threads=torch.get_num_threads()
         )
 
     def _measure_cuda(self) -> Measurement:

@@ -157,8 +157,9 @@ class PerfmodelSession:
 
         The newest stored fit of that thread count is reused when it was trained
         on exactly the run files that qualify now (so repeated ``-m e2e`` runs
-        predict with the same model); otherwise, including after new
-        measurements, it refits and saves the fit. With no such measurements
+        predict with the same model) and none of its predictors is stale (see
+        :attr:`~perfmodel.fitting.FitReport.stale`); otherwise, including after
+        new measurements, it refits and saves the fit. With no such measurements
         the newest fit of that thread count is used (None when there is none).
         """
         if self._fit is None:
@@ -170,7 +171,7 @@ class PerfmodelSession:
             self._note_problems(loaded.problems + problems)
             allocator = allocator_policy()
             runs = fit_run_ids(loaded.records, self.device, allocator)
-            if runs and (latest is None or list(latest.data_runs) != runs):
+            if runs and (latest is None or list(latest.data_runs) != runs or latest.stale):
                 self._fit = fit_predictors(loaded.records, self.device, allocator=allocator)
                 self._fit.data_runs = tuple(runs)
                 save_fit(self._fit, self.store, self.run_id, runs)

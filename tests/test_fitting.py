@@ -96,6 +96,7 @@ def test_saved_fit_predicts_the_same(tmp_path):
         patch.setattr(type(op), "param_defaults", {**op.param_defaults, "EXTRA": 1})
         stale = load_fit(save_fit(shaped, store, "run-0"))
     assert key not in stale.predictors and "re-run" in stale.skipped[key]
+    assert stale.stale == (key,) and loaded.stale == ()  # a session refits a stale fit
     # A tampered index (a path escaping the folder) is refused with the file named.
     index = json.loads((folder / "index.json").read_text())
     index["entries"][0]["stem"] = "../../evil"

@@ -193,3 +193,28 @@ def test_no_fit_at_the_ranks_thread_count_is_one_clear_error(planted_results):
              store, "one", ["r2"])  # collectives only: nothing to price the compute with
     with pytest.raises(MultirankError, match=r"^only collective predictors in the fit for 1"):
         run_multirank("ddp_mlp", 4, root, key, BANDWIDTH, profile="smoke", cores=2)
+
+
+def test_a_stale_fit_at_the_ranks_thread_count_is_one_clear_error(planted_results, monkeypatch):
+    """A 1-thread fit whose linear predictor predates a new linear param would price
+    the ranks' layers as unmodelled nodes; require_fit refuses it, naming the op."""
+    from perfmodel.fitting import FitReport, fit_op, samples_from_records, save_fit
+    from perfmodel.multirank import require_fit
+    from perfmodel.ops import get_op
+    from perfmodel.store import ResultStore
+    from tests.test_fitting import SPEC, planted_records
+
+    root, key = planted_results
+    store = ResultStore(root, key)
+    report = FitReport(threads=1)
+    linear = ("linear", "forward")
+    report.predictors[linear], report.accuracy[linear] = fit_op(
+        *linear, samples_from_records(planted_records())[linear], SPEC, kinds=["shape"])
+    save_fit(report, store, "one", ["r1"])
+    assert require_fit(store, 1) is not None
+    op = get_op("linear")
+    monkeypatch.setattr(type(op), "params", op.params + ("EXTRA",))
+    monkeypatch.setattr(type(op), "param_defaults", {**op.param_defaults, "EXTRA": 1})
+    with pytest.raises(MultirankError, match=r"^predictors fitted before their ops changed "
+                                             r"\(linear.forward\) for 1 thread"):
+        require_fit(store, 1)

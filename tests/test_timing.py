@@ -261,6 +261,8 @@ def test_ci_wins_over_max_samples_when_both_hold():
         {"device": "auto"},
         {"device": "tpu"},
         {"flush_l2_bytes": 1024},  # CPU has no L2 flush
+        {"device": "cuda", "flush_cpu_bytes": 1024},  # a host buffer cannot evict a GPU's L2
+        {"flush_cpu_bytes": -1},
         {"min_samples": 10, "max_samples": 5},
         {"min_warmup": 0},
         {"target_rel_ci": 0.0},
@@ -298,12 +300,18 @@ def fake_torch(clock: FakeClock, flush_cost_s: float = 0.0):
             return (end.t_ns - self.t_ns) / 1e6  # milliseconds, like torch
 
     class Buffer:
-        def __init__(self, nbytes, dtype, device):
+        def __init__(self, nbytes, dtype, device="cpu"):
             log.buffers.append((nbytes, dtype, device))
 
         def zero_(self):
             log.zeroed += 1
             clock.advance(flush_cost_s)
+
+        def fill_(self, value):
+            self.zero_()
+
+        def __getitem__(self, index):
+            return 0
 
     def device(index):
         log.devices.append(index)
@@ -355,3 +363,14 @@ def test_import_is_cheap():
     code = "import sys, perfmodel.timing, perfmodel.device; print('torch' in sys.modules, 'numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_cpu_path_cold_evicts_the_cache_outside_the_timed_call(monkeypatch):
+    clock = FakeClock()
+    torch, log = fake_torch(clock, flush_cost_s=1e-3)
+    monkeypatch.setattr(timing, "_torch", lambda: torch)
+    m = Timer(planted_op(clock, [1e-5]), flush_cpu_bytes=64 * 2**20, clock_ns=clock).measure()
+    assert (m.timer, m.cache, m.number) == ("perf_counter", "cold", 1)
+    assert log.buffers == [(64 * 2**20, "uint8", "cpu")]  # allocated once
+    assert log.zeroed == m.n  # written once per sample, none during warm-up
+    assert m.samples_s == pytest.approx([1e-5] * m.n)  # the 1 ms write is not timed

@@ -65,6 +65,10 @@ class OpDef:
     #: Params along which FLOPs and bytes never shrink (all of them unless a
     #: subclass says otherwise, e.g. a conv's stride).
     monotone_params: tuple[str, ...] | None = None
+    #: Whether a CPU timing evicts the last-level cache before each sample (one call
+    #: per sample): for ops whose data a training step has evicted by the time it
+    #: runs them again (embedding tables, see :mod:`perfmodel.ops.embedding`).
+    cold_on_cpu: bool = False
     #: Values of params added after measurements were stored: what the stored
     #: records, which lack them, measured (see :meth:`complete_config`).
     param_defaults: dict[str, int] = {}

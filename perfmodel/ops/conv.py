@@ -26,7 +26,7 @@ _MAX_FLOPS = {"smoke": 2e6, "quick": 4e8, "full": 2e10}
 _MAX_CHANNELS = {"smoke": 16, "quick": 256, "full": 2048}
 _MAX_BATCH = {"smoke": 2, "quick": 16, "full": 128}
 #: Smallest and largest input drawn (elements), per profile.
-_MIN_INPUT_ELEMENTS = 8192
+_MIN_INPUT_ELEMENTS = {"smoke": 64, "quick": 8192, "full": 8192}
 _MAX_INPUT_ELEMENTS = {"smoke": 4096, "quick": 1 << 21, "full": 1 << 26}
 #: Kinds of conv cycled through, weighted as in ResNet- and MobileNet-style nets:
 #: mostly dense (3x3 and larger) and pointwise (1x1), then depthwise and grouped.
@@ -71,7 +71,8 @@ class _Conv(OpDef):
             f"{self.name}-{profile}", self.params, count,
             lambda rng, n: {**self._draw(rng, profile, _KINDS[n % len(_KINDS)]),
                             "GRAD_INPUT": int(rng.random() >= 1 / GRAD_INPUT_EVERY)},
-            lambda c: _valid(c, self.spatial) and self.flops(c, "forward") <= _MAX_FLOPS[profile])
+            lambda c: _valid(c, self.spatial) and self.flops(c, "forward") <= _MAX_FLOPS[profile]
+            and _MIN_INPUT_ELEMENTS[profile] <= self._sizes(c)[0] <= _MAX_INPUT_ELEMENTS[profile])
         return sorted(configs, key=lambda c: self.flops(c, "forward"))
 
     def _draw(self, rng: random.Random, profile: str, kind: str) -> dict[str, int]:
@@ -94,11 +95,11 @@ class _Conv(OpDef):
                "STRIDE": rng.choice((1, 1, 2)),
                "PAD": 0 if rng.random() < _UNPADDED else dil * (r // 2),
                "DIL": dil, "GROUPS": g}
-        # the input's size is drawn log-uniformly, then shared out: per-dim draws
-        # multiply to mostly small inputs, below the activations of real CNNs
-        elements = log_uniform_ints(rng, _MIN_INPUT_ELEMENTS, _MAX_INPUT_ELEMENTS[profile])
+        # the image side is drawn on its own, log-uniformly: the input-size limits
+        # then reject wide layers on large images, so the accepted configs pair many
+        # channels with small images and few with large ones, as CNN stages do
         top = self.max_spatial[profile]
-        side = (elements / (cfg["N"] * c)) ** (1 / len(self.spatial))
+        side = log_uniform_ints(rng, 4, top)
         square = rng.random() < _SQUARE
         for s in self.spatial:
             aspect = 1.0 if square else 2 ** rng.uniform(-1.5, 1.5)
