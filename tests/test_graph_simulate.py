@@ -77,6 +77,26 @@ def test_a_conv_backward_without_input_gradient_is_its_own_config(tmp_path):
     assert backward == {3: 0, 8: 1}
 
 
+def test_an_adam_step_is_read_from_its_parameters_not_its_step_counters(tmp_path):
+    """AdamW's first foreach op adds 1 to the one-element step counters; the config
+    is that of the parameters (4 tensors, 16·32 + 32 + 32 + 1 elements)."""
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    x = torch.randn(8, 16)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        model(x).sum().backward()
+        opt.step()
+
+    files = capture_trace(step, tmp_path, "adamw", iterations=1, warmup=1)
+    g = build_graph(load_trace(files.et, files.kineto, files.calibration))
+    (task,) = [t for t in g.tasks if t.kind == "op" and t.op == "adamw_foreach"]
+    assert task.params == {"NTENSORS": 4, "NUMEL": round((16 * 32 + 32 + 32 + 1) / 4)}
+
+
 def test_nothing_is_dropped(graph):
     """Every top-level node of the iteration is a task (op, covered or unmodelled)."""
     kinds = {t.kind for t in graph.tasks}

@@ -109,23 +109,24 @@ class OptimizerStep(OpDef):
 
     def params_from_node(self, node):
         """``NTENSORS`` and ``NUMEL`` (mean elements per tensor, rounded) from
-        the first tensor list of the first ``aten::_foreach_*`` (foreach) or
-        ``aten::_fused_<optimizer>_`` (fused) op under the step; None when the
-        step ran the other variant or the per-tensor loop."""
+        the largest first tensor list of the ``aten::_foreach_*`` (foreach) or
+        ``aten::_fused_<optimizer>_`` (fused) ops under the step: the parameters
+        or their gradients, not Adam's one-element step counters, which its
+        first ``_foreach_add_`` updates. None when the step ran the other
+        variant or the per-tensor loop."""
         marker = "aten::_foreach_" if self.variant == "foreach" else \
             f"aten::_fused_{self.optimizer}"
         other = "aten::_fused_" if self.variant == "foreach" else "aten::_foreach_"
         below = list(node.walk())[1:]
         if any(n.name.startswith(other) for n in below):
             return None
-        for n in below:
-            if n.name.startswith(marker) and n.input_shapes \
-                    and str(n.input_types[0]).startswith("GenericList"):
-                sizes = [math.prod(s) for s in n.input_shapes[0] if isinstance(s, list)]
-                if not sizes:
-                    return None
-                return {"NTENSORS": len(sizes), "NUMEL": max(1, round(sum(sizes) / len(sizes)))}
-        return None
+        lists = [[math.prod(s) for s in n.input_shapes[0] if isinstance(s, list)]
+                 for n in below if n.name.startswith(marker) and n.input_shapes
+                 and str(n.input_types[0]).startswith("GenericList")]
+        sizes = max(lists, key=sum, default=[])
+        if not sizes:
+            return None
+        return {"NTENSORS": len(sizes), "NUMEL": max(1, round(sum(sizes) / len(sizes)))}
 
 
 OPS = tuple(OptimizerStep(o, v) for o in _OPTIMIZERS for v in _VARIANTS)
