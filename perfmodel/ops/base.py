@@ -17,6 +17,9 @@ DIRECTIONS = ("forward", "backward")
 
 #: Bytes per element of the dtypes the ops are benchmarked in.
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+#: One in this many drawn ``linear`` and conv configs has ``GRAD_INPUT`` = 0 (the
+#: backward of a first layer, whose input needs no gradient).
+GRAD_INPUT_EVERY = 4
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,9 @@ Config params: ``N`` batch, ``C`` input channels, spatial size (``H``, ``W``
 or ``L``), ``K`` output channels, ``R`` kernel size (square for 2-D),
 ``STRIDE``, ``PAD``, ``DIL`` (dilation), ``GROUPS`` (``GROUPS == C == K``
 is a depthwise conv) and ``GRAD_INPUT`` (0 when the backward computes no
-input gradient, as a network's first layer does; the forward ignores it). Generated configs always have ``C`` and ``K``
-divisible by ``GROUPS`` and an output size of at least 1.
+input gradient, as a network's first layer does; the forward ignores it).
+Generated configs always have ``C`` and ``K`` divisible by ``GROUPS`` and an
+output size of at least 1.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import math
 import random
 from typing import Mapping
 
-from perfmodel.ops.base import DTYPE_BYTES, OpDef, log_uniform_ints, sample_configs, torch_dtype
-from perfmodel.ops.gemm import GRAD_INPUT_EVERY
+from perfmodel.ops.base import (DTYPE_BYTES, GRAD_INPUT_EVERY, OpDef, log_uniform_ints,
+                                sample_configs, torch_dtype)
 
 #: Configs per profile (``conv2d``; ``conv1d``, which no CNN workload uses, takes
 #: :data:`_CONV1D_SHARE` of them) and the largest forward FLOP count of one call.

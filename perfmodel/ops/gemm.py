@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from perfmodel.ops.base import DTYPE_BYTES, OpDef, check_profile, random_configs, torch_dtype
+from perfmodel.ops.base import (DTYPE_BYTES, GRAD_INPUT_EVERY, OpDef, check_profile,
+                                random_configs, torch_dtype)
 
 #: Dimension grid of the ``full`` profile (1 and 8 for GEMV-like layers: heads, DLRM inputs).
 _FULL_DIMS = (1, 8, 16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
@@ -86,10 +87,6 @@ class Addmm(_Gemm):
             return None
         (m, k), (k2, n) = input_shapes[1], input_shapes[2]
         return {"M": m, "N": n, "K": k} if k == k2 else None
-
-
-#: Every n-th drawn ``linear`` and conv config has ``GRAD_INPUT`` = 0.
-GRAD_INPUT_EVERY = 4
 
 
 class Linear(_Gemm):
