@@ -25,7 +25,10 @@ for it before starting any rank and raises :class:`MultirankError` naming the
 command to run when there is none (:func:`require_fit`). When the ranks'
 threads outnumber the cores (4 one-thread ranks on 2 cores) each rank gets
 only a share of a core, so every rank's host work is also multiplied by
-:func:`oversubscription` (2 there; 1 at 2 ranks).
+:func:`oversubscription` (2 there; 1 at 2 ranks). And when the ranks' threads
+leave no core free for gloo's worker threads, a collective's time is taken
+from its rank's compute rather than overlapped with it
+(:func:`comm_host_share`: 1 at 2 and 4 ranks on 2 cores).
 
 Measured time: after warm-up, each of ``repeat`` blocks of ``number``
 iterations starts at a ``torch.distributed`` barrier (gloo's, which blocks
@@ -135,11 +138,13 @@ def comm_pricer(fit) -> Callable[[str, dict[str, int]], float]:
 
 def predict_ranks(graphs: list[Graph], fit, table: OverheadTable,
                   bias: dict[str, float] | None = None, keep_timeline: bool = True,
-                  cpu_share: float = 1.0) -> RanksPrediction:
+                  cpu_share: float = 1.0, comm_share: float = 0.0) -> RanksPrediction:
     """Predict one iteration of the ranks whose task graphs are ``graphs``
     (rank order); the predicted time is the slowest rank's. Host time is
     multiplied by ``cpu_share`` (>= 1, see :func:`oversubscription`); the
-    collectives' times are not: they were measured on ranks sharing the CPU."""
+    collectives' times are not: they were measured on ranks sharing the CPU.
+    ``comm_share`` of each collective's time is charged to its rank's host
+    (see :func:`comm_host_share`)."""
     comm = comm_pricer(fit)
     per_rank, missing = [], {}
     for graph in graphs:
@@ -149,7 +154,7 @@ def predict_ranks(graphs: list[Graph], fit, table: OverheadTable,
         per_rank.append(tasks)
         for key, n in rank_missing.items():
             missing[key] = missing.get(key, 0) + n
-    sim = simulate_ranks(per_rank, keep_timeline)
+    sim = simulate_ranks(per_rank, keep_timeline, comm_share)
     return RanksPrediction(sim.total_s, _mean_over_ranks(r.breakdown_s for r in sim.ranks),
                            _mean_over_ranks(r.regions_s for r in sim.ranks), sim, missing)
 
@@ -160,6 +165,17 @@ def oversubscription(world_size: int, threads_per_rank: int, cores: int) -> floa
     already runs at ``threads_per_rank`` threads; this is only the time-sharing
     of cores between ranks (4 one-thread ranks on 2 cores: 2)."""
     return max(1.0, world_size * threads_per_rank / cores)
+
+
+def comm_host_share(world_size: int, threads_per_rank: int, cores: int) -> float:
+    """Fraction (0 to 1) of a CPU collective's time charged to its rank's host
+    (:func:`perfmodel.simulate.simulate`): the share of the ranks' gloo worker
+    threads (one per rank) that find no core left free by the
+    ``world_size x threads_per_rank`` compute threads on ``cores`` cores. 1 at
+    2 and 4 one-thread ranks on 2 cores; 0 when every rank's worker has an idle
+    core of its own."""
+    busy = world_size * threads_per_rank
+    return min(1.0, max(0.0, (busy + world_size - cores) / world_size))
 
 
 def _mean_over_ranks(tables) -> dict[str, float]:
@@ -331,10 +347,12 @@ def result_record(label: str, graphs: list[Graph], fit, table: OverheadTable,
     (mean per rank, s), per-rank predictions and medians, what was unmodelled."""
     measured, rank_medians = timing
     share = oversubscription(len(graphs), threads, cores)
-    shared = predict_ranks(graphs, fit, table, bias, cpu_share=share)
+    comm_share = comm_host_share(len(graphs), threads, cores)
+    shared = predict_ranks(graphs, fit, table, bias, cpu_share=share, comm_share=comm_share)
     own_table = table_from_samples([samples_from_graph(f"{label}.rank{r}", g, bandwidth_B_per_s)
                                     for r, g in enumerate(graphs)], bandwidth_B_per_s)
-    own = predict_ranks(graphs, fit, own_table, bias, keep_timeline=False, cpu_share=share)
+    own = predict_ranks(graphs, fit, own_table, bias, keep_timeline=False, cpu_share=share,
+                        comm_share=comm_share)
     unmodelled: dict[str, list] = {}
     for graph in graphs:
         for name, count, share in graph.unmodelled():
@@ -344,7 +362,7 @@ def result_record(label: str, graphs: list[Graph], fit, table: OverheadTable,
     traced = [g.measured_s for g in graphs if g.measured_s is not None]
     return {
         "workload": label, "world_size": len(graphs), "threads_per_rank": threads,
-        "cpu_share": share,
+        "cpu_share": share, "comm_host_share": comm_share,
         "measured": {"median_s": measured.median_s, "sd_s": measured.sd_s,
                      "repeat": measured.repeat, "number": measured.number,
                      "items_per_s": measured.items_per_s},

@@ -19,6 +19,16 @@ the same time everywhere. A host-only task that reads a tensor a collective
 wrote waits for that collective (gloo's ``work.wait()``: on a CPU a rank's
 host blocks; a task with kernels waits through its input readiness anyway).
 The predicted iteration is the slowest rank's.
+
+Collectives that need the host's cores. On a GPU a collective runs on the
+device (NCCL kernels) and overlaps host work for free. On a CPU, gloo's worker
+threads copy and reduce the buffers on the same cores the ranks compute on:
+when the ranks' compute threads already fill the cores, every second of
+communication is a second the rank's host does not compute.
+``comm_host_share`` (0 to 1) is the fraction of each collective's time that is
+added to its rank's host clock when it is issued (0: free overlap, 1: the
+collective's whole time is taken from the host); see
+:func:`perfmodel.multirank.comm_host_share` for how it is chosen.
 """
 
 from __future__ import annotations
@@ -66,9 +76,13 @@ class SimResult:
 
 
 def simulate(tasks: list[SimTask], keep_timeline: bool = True,
-             collective_start_s: Sequence[float] = ()) -> SimResult:
+             collective_start_s: Sequence[float] = (), comm_host_share: float = 0.0
+             ) -> SimResult:
     """Simulate ``tasks`` in order; see the module docstring. The n-th
-    collective starts no earlier than ``collective_start_s[n]`` when given (s)."""
+    collective starts no earlier than ``collective_start_s[n]`` when given (s);
+    ``comm_host_share`` of each collective's time is charged to the host."""
+    if not 0.0 <= comm_host_share <= 1.0:
+        raise ValueError(f"comm_host_share must be in [0, 1], got {comm_host_share!r}")
     comm_ready: dict[int, float] = {}  # tensor id -> end of the collective that wrote it
     collective_ready: list[float] = []
     cpu = 0.0
@@ -107,6 +121,8 @@ def simulate(tasks: list[SimTask], keep_timeline: bool = True,
                     if n_coll < len(collective_start_s):
                         begin = max(begin, collective_start_s[n_coll])
                 end = begin + dur
+                if task.collective:
+                    cpu += comm_host_share * dur  # gloo's threads take the cores
                 stream_free[stream] = end
                 intervals.append((begin, end))
                 _add(breakdown, task.category, dur)
@@ -136,10 +152,11 @@ class MultiRankResult:
     collective_start_s: list[float]
 
 
-def simulate_ranks(ranks: Sequence[list[SimTask]], keep_timeline: bool = True) -> MultiRankResult:
+def simulate_ranks(ranks: Sequence[list[SimTask]], keep_timeline: bool = True,
+                   comm_host_share: float = 0.0) -> MultiRankResult:
     """Simulate one task list per rank with the collectives synchronised (see
-    the module docstring); ValueError when the ranks issue different numbers of
-    collectives.
+    the module docstring; ``comm_host_share`` as for :func:`simulate`);
+    ValueError when the ranks issue different numbers of collectives.
 
     Each rank is simulated on its own with a lower bound on every collective's
     start, and the bounds are raised to the latest rank's start until they stop
@@ -152,12 +169,12 @@ def simulate_ranks(ranks: Sequence[list[SimTask]], keep_timeline: bool = True) -
     n = counts[0] if counts else 0
     starts: list[float] = [0.0] * n
     for _ in range(n + 1):
-        results = [simulate(tasks, False, starts) for tasks in ranks]
+        results = [simulate(tasks, False, starts, comm_host_share) for tasks in ranks]
         latest = [max(r.collective_ready_s[k] for r in results) for k in range(n)]
         if latest == starts:
             break
         starts = latest
-    results = [simulate(tasks, keep_timeline, starts) for tasks in ranks]
+    results = [simulate(tasks, keep_timeline, starts, comm_host_share) for tasks in ranks]
     return MultiRankResult(max((r.total_s for r in results), default=0.0), results, starts)
 
 

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from perfmodel.distributed import mpiexec_path
-from perfmodel.multirank import (MultirankError, measure_ranks, oversubscription,
-                                 run_multirank)
+from perfmodel.multirank import (MultirankError, comm_host_share, measure_ranks,
+                                 oversubscription, run_multirank)
 
 def _mpi_missing() -> str | None:
     """Why the mpiexec tests cannot run here, or None."""
@@ -101,6 +101,12 @@ def test_measured_iteration_is_the_slowest_rank_per_block():
     assert len(barriers) == 3  # one before each block
     assert timing.median_s == 4.0 and timing.number == 2 and medians == [4.0, 3.0]
     assert measure_ranks(lambda: None, lambda: None, lambda samples: None, 1, 0, 2, 1) is None
+
+
+def test_collectives_take_host_time_when_no_core_is_left_for_gloo():
+    assert comm_host_share(2, 1, 2) == 1.0 and comm_host_share(4, 1, 2) == 1.0
+    assert comm_host_share(2, 1, 4) == 0.0 and comm_host_share(2, 2, 8) == 0.0
+    assert comm_host_share(2, 1, 3) == 0.5
 
 
 def test_oversubscription_counts_busy_threads_per_core():

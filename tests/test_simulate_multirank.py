@@ -41,6 +41,19 @@ def test_compute_that_does_not_read_the_output_overlaps_the_collective():
     assert simulate_ranks([short, short]).total_s == pytest.approx(1.1 + 1.0 + 0.2)
 
 
+def test_a_collective_on_busy_cores_takes_its_time_from_the_host():
+    """gloo on a CPU whose cores the ranks fill: the overlap above is not free."""
+    rank = [compute(1.0), collective(2.0, 7, issue_s=0.1), compute(1.0), compute(0.2, inputs=(7,))]
+    # the host computes 1.1, lends 2.0 to the collective, computes 1.0 more; the
+    # collective (1.1 to 3.1) is over by then, and the reader runs at once
+    assert simulate_ranks([rank, rank], comm_host_share=1.0).total_s == pytest.approx(4.3)
+    half = simulate_ranks([rank, rank], comm_host_share=0.5)
+    assert half.total_s == pytest.approx(1.1 + 2.0 + 0.2)  # host (3.1) waits for comm (3.1)
+    assert half.ranks[0].host_busy_s == pytest.approx(2.3)  # communication is not host work
+    with pytest.raises(ValueError, match=r"comm_host_share must be in \[0, 1\], got 1.5"):
+        simulate(rank, comm_host_share=1.5)
+
+
 def test_collectives_run_in_order_on_the_communication_stream():
     rank0 = [compute(1.0), collective(1.0, 1), collective(1.0, 2), compute(0.1, inputs=(2,))]
     rank1 = [compute(0.5), collective(1.0, 1), compute(2.0), collective(1.0, 2),
@@ -77,7 +90,8 @@ _rank = st.lists(st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 1.0), st.booleans
 @given(st.lists(_rank, min_size=2, max_size=4), st.data())
 def test_predicted_covers_every_rank_and_the_communication(ranks, data):
     """Per rank: compute, then a collective (its output read at once or at the
-    end); every rank issues the same collectives (same durations)."""
+    end); every rank issues the same collectives (same durations). Charging
+    communication to the host never makes the iteration shorter."""
     n = min(len(r) for r in ranks)
     durations = [data.draw(st.floats(0.0, 1.0)) for _ in range(n)]
     task_lists, compute_alone = [], []
@@ -88,7 +102,9 @@ def test_predicted_covers_every_rank_and_the_communication(ranks, data):
             (tasks if wait_now else late).append(compute(0.0, inputs=(100 + k,)))
         task_lists.append(tasks + late)
         compute_alone.append(sum(t.host_s for t in tasks))
-    result = simulate_ranks(task_lists)
+    share = data.draw(st.floats(0.0, 1.0))
+    result = simulate_ranks(task_lists, comm_host_share=share)
+    assert result.total_s >= simulate_ranks(task_lists).total_s - 1e-9
     assert result.total_s == max(r.total_s for r in result.ranks)
     assert all(result.total_s >= c - 1e-9 for c in compute_alone)
     assert result.total_s >= sum(durations) - 1e-9
