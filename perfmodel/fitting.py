@@ -360,17 +360,23 @@ def fit_op(op_name: str, direction: str, samples: list[Sample], device: DeviceSp
 
 
 def _same_host_setup(record: dict, device: DeviceSpec, allocator: str | None) -> bool:
-    """Whether ``record`` was measured with ``device``'s thread count and, when
-    ``allocator`` is given, under that host allocator policy (or they do not matter:
-    off a CPU, and for collectives, whose ranks share the host whatever they run)."""
+    """Whether ``record`` was measured with ``device``'s thread count, with the
+    cache state its op is now timed in on a CPU (:attr:`OpDef.cold_on_cpu`;
+    records from before an op turned cold are hot ones) and, when ``allocator``
+    is given, under that host allocator policy (or they do not matter: off a
+    CPU, and for collectives, whose ranks share the host whatever they run)."""
     if device.kind != "cpu":
         return True
     try:
-        family = get_op(record["op"]).family
+        op = get_op(record["op"])
     except (KeyError, ValueError):
-        family = ""
-    if family == "collective":
+        op = None
+    if op is not None and op.family == "collective":
         return True
+    measurement = record.get("measurement")
+    cache = measurement.get("cache", "hot") if isinstance(measurement, dict) else "hot"
+    if op is not None and cache != ("cold" if op.cold_on_cpu else "hot"):
+        return False
     if allocator is not None and record_allocator(record) != allocator:
         return False
     threads = record.get("env", {}).get("threads")
@@ -385,8 +391,9 @@ def fit_predictors(records: Iterable[dict], device: DeviceSpec,
 
     On a CPU, records measured with another torch thread count than ``device``'s
     (e.g. by the single-thread ranks of a sharded sweep on one host) time a
-    different machine and are left out, and so, when ``allocator`` is given, are
-    records measured under another host allocator policy
+    different machine and are left out, and so are records whose cache state is
+    not the one the op is now timed in and, when ``allocator`` is given, records
+    measured under another host allocator policy
     (:mod:`perfmodel.allocator`); collectives, whose ranks always share the host,
     are kept.
     """

@@ -253,6 +253,28 @@ def test_a_cpu_fit_trains_only_on_its_allocator_policy():
     assert predict[1] > 2.5 * predict[0]
 
 
+def test_a_cpu_fit_trains_only_on_the_cache_state_its_op_is_timed_in():
+    """An op timed cold on a CPU (an optimizer step) is fitted on cold records only
+    (a record with no cache state is a hot one); a hot op on hot ones; off a CPU
+    the cache state is the timer's business."""
+    from perfmodel.fitting import fit_run_ids
+
+    def record(op, run_id, cache=None):
+        measurement = {"median_s": 1e-3} if cache is None else {"median_s": 1e-3, "cache": cache}
+        return {"kind": "measurement", "op": op, "direction": "forward", "dtype": "float32",
+                "config": {"NTENSORS": 4, "NUMEL": 1024} if op == "sgd_foreach" else
+                {"B": 8, "IN": 8, "OUT": 8}, "replicate": 0, "run_id": run_id,
+                "measurement": measurement, "env": {"threads": 2}}
+
+    assert get_op("sgd_foreach").cold_on_cpu and not get_op("linear").cold_on_cpu
+    records = [record("sgd_foreach", "old"), record("sgd_foreach", "hot", "hot"),
+               record("sgd_foreach", "cold", "cold"), record("linear", "lin-hot", "hot"),
+               record("linear", "lin-cold", "cold")]
+    assert fit_run_ids(records, SPEC) == ["cold", "lin-hot"]
+    gpu = DeviceSpec(**{**SPEC.to_dict(), "kind": "cuda", "key": "cuda-planted"})
+    assert fit_run_ids(records, gpu) == ["cold", "hot", "lin-cold", "lin-hot", "old"]
+
+
 def test_a_remeasured_config_is_fitted_on_its_newest_run_only():
     """A config measured again (another session, perhaps another host behind the
     same device key) replaces its older timings; configs measured once keep

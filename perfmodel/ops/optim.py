@@ -48,6 +48,12 @@ class OptimizerStep(OpDef):
     params = ("NTENSORS", "NUMEL")
     directions = ("forward",)
     dtypes = ("float32", "bfloat16")
+    #: A step runs after forward and backward have streamed the activations
+    #: through the caches, so its parameters, gradients and state come from
+    #: memory. Hot, ``ddp_mlp``'s 1-thread SGD step (8 tensors, 1.6M elements)
+    #: was priced at 0.54 ms against 2.3-2.7 ms traced in the step, and
+    #: ``mlp_small``'s at 0.41 ms against 1.24 ms.
+    cold_on_cpu = True
 
     def __init__(self, optimizer: str, variant: str):
         self.optimizer, self.variant = optimizer, variant
