@@ -80,8 +80,7 @@ def _measure(op, case: OpCase, spec: DeviceSpec, device: str, settings: TimerSet
                   budget_s=settings.budget_s, warmup_s=settings.warmup_s,
                   min_samples=settings.min_samples,
                   flush_l2_bytes=spec.l2_bytes if settings.cold_cache and spec.kind == "cuda" else 0,
-                  flush_cpu_bytes=2 * spec.llc_bytes if op.cold_on_cpu and spec.kind == "cpu"
-                  and spec.llc_bytes else 0)
+                  flush_cpu_bytes=op.cpu_flush_bytes(spec.llc_bytes) if spec.kind == "cpu" else 0)
     return [timer.measure() for _ in range(replicates)]
 
 

@@ -361,7 +361,7 @@ def fit_op(op_name: str, direction: str, samples: list[Sample], device: DeviceSp
 
 def _same_host_setup(record: dict, device: DeviceSpec, allocator: str | None) -> bool:
     """Whether ``record`` was measured with ``device``'s thread count, with the
-    cache state its op is now timed in on a CPU (:attr:`OpDef.cold_on_cpu`;
+    cache state its op is now timed in on that CPU (:meth:`OpDef.cpu_flush_bytes`;
     records from before an op turned cold are hot ones) and, when ``allocator``
     is given, under that host allocator policy (or they do not matter: off a
     CPU, and for collectives, whose ranks share the host whatever they run)."""
@@ -375,7 +375,7 @@ def _same_host_setup(record: dict, device: DeviceSpec, allocator: str | None) ->
         return True
     measurement = record.get("measurement")
     cache = measurement.get("cache", "hot") if isinstance(measurement, dict) else "hot"
-    if op is not None and cache != ("cold" if op.cold_on_cpu else "hot"):
+    if op is not None and cache != ("cold" if op.cpu_flush_bytes(device.llc_bytes) else "hot"):
         return False
     if allocator is not None and record_allocator(record) != allocator:
         return False

@@ -120,9 +120,8 @@ def simulate(tasks: list[SimTask], keep_timeline: bool = True,
                     collective_ready.append(begin)
                     if n_coll < len(collective_start_s):
                         begin = max(begin, collective_start_s[n_coll])
-                end = begin + dur
-                if task.collective:
                     cpu += comm_host_share * dur  # gloo's threads take the cores
+                end = begin + dur
                 stream_free[stream] = end
                 intervals.append((begin, end))
                 _add(breakdown, task.category, dur)

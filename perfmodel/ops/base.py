@@ -70,11 +70,18 @@ class OpDef:
     monotone_params: tuple[str, ...] | None = None
     #: Whether a CPU timing evicts the last-level cache before each sample (one call
     #: per sample): for ops whose data a training step has evicted by the time it
-    #: runs them again (embedding tables, see :mod:`perfmodel.ops.embedding`).
+    #: runs them again (embedding tables, see :mod:`perfmodel.ops.embedding`, and
+    #: optimizer steps). See :meth:`cpu_flush_bytes`.
     cold_on_cpu: bool = False
     #: Values of params added after measurements were stored: what the stored
     #: records, which lack them, measured (see :meth:`complete_config`).
     param_defaults: dict[str, int] = {}
+
+    def cpu_flush_bytes(self, llc_bytes: int) -> int:
+        """Bytes a CPU timing of this op writes before each sample, on a CPU whose
+        last-level cache holds ``llc_bytes`` (0: the op is timed hot, as it is
+        wherever the cache size is unknown)."""
+        return 2 * llc_bytes if self.cold_on_cpu and llc_bytes else 0
 
     def complete_config(self, config: Mapping[str, int]) -> dict[str, int]:
         """A stored record's ``config`` with :attr:`param_defaults` filled in."""
