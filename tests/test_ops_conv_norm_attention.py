@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from perfmodel.ops import PROFILES, get_op
-from perfmodel.ops.conv import out_size
+from perfmodel.ops.conv import channel_alignment, out_size
 
 CONV = ("conv2d", "conv1d")
 NORM = ("batch_norm", "layer_norm", "dropout")
@@ -49,6 +49,37 @@ def test_conv_profiles_cover_dense_grouped_and_depthwise():
         assert any(g == 1 for g, _, _ in groups)
         assert any(1 < g and g == c == k for g, c, k in groups)
         assert any(1 < g and (g < c or g < k) for g, c, k in groups)
+
+
+def test_conv_profiles_mix_simd_aligned_and_ragged_channel_counts():
+    """CPU conv kernels take a slower path for channel counts that are not a
+    multiple of the SIMD width, so the sweep has both, dense and depthwise
+    (conv1d, a third of the configs, has both but not of every kind)."""
+    for name in CONV:
+        configs = [c for c in get_op(name).configs("quick") if c["GROUPS"] in (1, c["C"])]
+        aligned = [c for c in configs if c["C"] % 16 == 0 and c["K"] % 16 == 0]
+        ragged = [c for c in configs if c["C"] % 2 and c["K"] % 2]
+        assert aligned and ragged
+        if name == "conv2d":
+            for kind in (aligned, ragged):
+                assert any(c["GROUPS"] == 1 for c in kind) and any(c["GROUPS"] > 1 for c in kind)
+
+
+@given(st.integers(1, 1 << 20))
+def test_channel_alignment_is_the_largest_power_of_two_dividing_up_to_32(channels):
+    a = channel_alignment(channels)
+    assert a in (1, 2, 4, 8, 16, 32) and channels % a == 0
+    assert a == 32 or channels % (2 * a)
+
+
+def test_conv_features_tell_aligned_from_ragged_channels():
+    op = get_op("conv2d")
+    base = dict(N=8, H=32, W=32, R=1, STRIDE=1, PAD=0, DIL=1, GROUPS=1, GRAD_INPUT=1)
+    names = op.extra_feature_names
+    aligned = dict(zip(names, op.extra_features(dict(base, C=64, K=32), "float32", "forward")))
+    ragged = dict(zip(names, op.extra_features(dict(base, C=63, K=33), "float32", "forward")))
+    assert (aligned["input_channel_alignment"], aligned["output_channel_alignment"]) == (32, 32)
+    assert (ragged["input_channel_alignment"], ragged["output_channel_alignment"]) == (1, 1)
 
 
 def test_sdpa_profiles_have_causal_and_full_configs():

@@ -20,7 +20,7 @@ from perfmodel.ops.base import (DTYPE_BYTES, GRAD_INPUT_EVERY, OpDef, log_unifor
 
 #: Configs per profile (``conv2d``; ``conv1d``, which no CNN workload uses, takes
 #: :data:`_CONV1D_SHARE` of them) and the largest forward FLOP count of one call.
-_CONFIGS = {"smoke": 4, "quick": 80, "full": 2000}
+_CONFIGS = {"smoke": 4, "quick": 120, "full": 2000}
 _CONV1D_SHARE = 0.4
 _MAX_FLOPS = {"smoke": 2e6, "quick": 4e8, "full": 2e10}
 #: Largest channel count and spatial size drawn, per profile.
@@ -37,12 +37,30 @@ _KINDS = ("dense", "pointwise", "depthwise", "dense", "pointwise", "grouped")
 _SQUARE = 0.9
 _DILATED = 0.125
 _UNPADDED = 0.15
+#: Share of dense and depthwise configs whose channel counts are multiples of
+#: :data:`_ALIGN`, as CNN widths are (16, 24, 32, 64, ...): CPU conv kernels block
+#: channels by the SIMD width and take a slower path for a ragged count (a 1x1
+#: conv with K=33 ran 2.7x its K=32 time on an AVX-512 CPU), so the sweep needs
+#: both kinds to learn the difference.
+_ALIGNED = 0.5
+_ALIGN = 8
+#: Largest power-of-two channel alignment the features tell apart (elements).
+_MAX_ALIGNMENT = 32
 
 
 def out_size(size: int, r: int, stride: int, pad: int, dil: int) -> int:
     """Output length of one spatial dim (elements), clamped to at least 1 so
     the work formulas accept any positive ints."""
     return max(1, (size + 2 * pad - dil * (r - 1) - 1) // stride + 1)
+
+
+def channel_alignment(channels: int) -> int:
+    """The largest power of two, up to :data:`_MAX_ALIGNMENT`, that divides
+    ``channels`` (elements; 1 for an odd count)."""
+    alignment = 1
+    while alignment < _MAX_ALIGNMENT and channels % (2 * alignment) == 0:
+        alignment *= 2
+    return alignment
 
 
 def _valid(cfg: Mapping[str, int], spatial: tuple[str, ...]) -> bool:
@@ -81,14 +99,17 @@ class _Conv(OpDef):
         drawn as CNN layers are built: odd kernels (3x3 most often), strides 1
         and 2, "same" padding, seldom dilated."""
         top = _MAX_CHANNELS[profile]
+        m = _ALIGN if rng.random() < _ALIGNED else 1
         if kind == "depthwise":
-            c = k = g = log_uniform_ints(rng, 4, top)
+            c = k = g = log_uniform_ints(rng, max(4, m), top, multiple=m)
         elif kind == "grouped":
             g = rng.choice((2, 4, 8, 32))
             c = g * log_uniform_ints(rng, 1, max(1, top // g))
             k = g * log_uniform_ints(rng, 1, max(1, top // g))
         else:
-            g, c, k = 1, log_uniform_ints(rng, 3, top), log_uniform_ints(rng, 4, top)
+            g = 1
+            c = log_uniform_ints(rng, max(3, m), top, multiple=m)
+            k = log_uniform_ints(rng, max(4, m), top, multiple=m)
         r = 1 if kind == "pointwise" else rng.choice((3, 3, 3, 5, 7) if kind == "depthwise"
                                                      else (1, 3, 3, 3, 5, 7))
         dil = 2 if r > 1 and rng.random() < _DILATED else 1
@@ -107,15 +128,19 @@ class _Conv(OpDef):
             cfg[s] = max(2, min(top, round(side * aspect)))
         return cfg
 
-    extra_feature_names = ("depthwise", "pointwise", "output_elements", "channels_per_group")
+    extra_feature_names = ("depthwise", "pointwise", "output_elements", "channels_per_group",
+                           "input_channel_alignment", "output_channel_alignment")
 
     def extra_features(self, params, dtype, direction):
         """CPU conv kernels differ by kind: depthwise (one channel per group) is
-        memory-bound, 1×1 runs as a GEMM. Flags for both, the output elements and
-        the input channels per group."""
+        memory-bound, 1×1 runs as a GEMM. Flags for both, the output elements,
+        the input channels per group, and the alignments of ``C`` and ``K``
+        (:func:`channel_alignment`): kernels that block channels by the SIMD
+        width run a ragged count on a slower path."""
         _, _, out, _ = self._sizes(params)
         return [float(params["GROUPS"] == params["C"] and params["C"] > 1),
-                float(params["R"] == 1), out, params["C"] / params["GROUPS"]]
+                float(params["R"] == 1), out, params["C"] / params["GROUPS"],
+                float(channel_alignment(params["C"])), float(channel_alignment(params["K"]))]
 
     # -- running -----------------------------------------------------------
     def make_runner(self, params, dtype, direction, device):
