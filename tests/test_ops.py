@@ -77,3 +77,15 @@ def test_gemm_runners_execute_on_cpu():
         op = get_op(case.op)
         op.make_runner({p: min(v, 32) for p, v in case.params.items()}, case.dtype,
                        case.direction, "cpu")()
+
+
+
+@pytest.mark.parametrize("name", ["addmm", "linear", "bmm"])
+def test_gemm_quick_configs_mix_aligned_and_ragged_dims(name):
+    """Layer widths are multiples of 8 and an odd dim runs a slower path: the
+    sweep draws both kinds."""
+    op = get_op(name)
+    configs = op.configs("quick")
+    aligned = [c for c in configs if all(c[p] % 8 == 0 for p in op.ranges)]
+    assert 0.25 * len(configs) <= len(aligned) <= 0.75 * len(configs)
+    assert any(any(c[p] % 2 for p in op.ranges) for c in configs)

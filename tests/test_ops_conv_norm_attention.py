@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from perfmodel.ops import PROFILES, get_op
-from perfmodel.ops.conv import channel_alignment, out_size
+from perfmodel.ops.base import pow2_alignment
+from perfmodel.ops.conv import out_size
 
 CONV = ("conv2d", "conv1d")
 NORM = ("batch_norm", "layer_norm", "dropout")
@@ -66,8 +67,8 @@ def test_conv_profiles_mix_simd_aligned_and_ragged_channel_counts():
 
 
 @given(st.integers(1, 1 << 20))
-def test_channel_alignment_is_the_largest_power_of_two_dividing_up_to_32(channels):
-    a = channel_alignment(channels)
+def test_pow2_alignment_is_the_largest_power_of_two_dividing_up_to_32(channels):
+    a = pow2_alignment(channels)
     assert a in (1, 2, 4, 8, 16, 32) and channels % a == 0
     assert a == 32 or channels % (2 * a)
 

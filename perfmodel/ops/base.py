@@ -176,6 +176,16 @@ def log_uniform_ints(rng: random.Random, low: int, high: int, multiple: int = 1)
     return max(low, min(high, int(round(value / multiple)) * multiple))
 
 
+def pow2_alignment(value: int, cap: int = 32) -> int:
+    """The largest power of two, up to ``cap``, that divides ``value`` (1 for an
+    odd value): CPU kernels block dims by the SIMD width and run a ragged
+    remainder on a slower path (a conv feature, see :mod:`perfmodel.ops.conv`)."""
+    alignment = 1
+    while alignment < cap and value % (2 * alignment) == 0:
+        alignment *= 2
+    return alignment
+
+
 def sample_configs(seed: str, params: Sequence[str], count: int,
                    draw: Callable[[random.Random, int], dict[str, int]],
                    accept: Callable[[dict[str, int]], bool] = lambda cfg: True,
@@ -202,11 +212,20 @@ def sample_configs(seed: str, params: Sequence[str], count: int,
 
 
 def random_configs(seed: str, params: Sequence[str], ranges: Mapping[str, tuple[int, int]],
-                   count: int, flops_of, max_flops: float) -> list[dict[str, int]]:
-    """``count`` distinct configs drawn log-uniformly (seeded), each under ``max_flops``."""
+                   count: int, flops_of, max_flops: float,
+                   aligned_share: float = 0.0) -> list[dict[str, int]]:
+    """``count`` distinct configs drawn log-uniformly (seeded), each under ``max_flops``.
+    A dim whose range starts at 8 or more is a multiple of 8; with probability
+    ``aligned_share`` a config has every dim that reaches 8 a multiple of 8 (as
+    layer widths are), the others draw any integer in their range."""
+    def dim(rng: random.Random, low: int, high: int, aligned: bool) -> int:
+        if low >= 8 or (aligned and high >= 8):
+            return log_uniform_ints(rng, max(low, 8), high, multiple=8)
+        return log_uniform_ints(rng, low, high)
+
     def draw(rng: random.Random, _: int) -> dict[str, int]:
-        return {p: log_uniform_ints(rng, *ranges[p], multiple=8 if ranges[p][0] >= 8 else 1)
-                for p in params}
+        aligned = aligned_share > 0 and rng.random() < aligned_share
+        return {p: dim(rng, *ranges[p], aligned) for p in params}
 
     return sample_configs(seed, params, count, draw, lambda c: flops_of(c) <= max_flops)
 

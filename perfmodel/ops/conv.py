@@ -16,7 +16,7 @@ import random
 from typing import Mapping
 
 from perfmodel.ops.base import (DTYPE_BYTES, GRAD_INPUT_EVERY, OpDef, log_uniform_ints,
-                                sample_configs, torch_dtype)
+                                pow2_alignment, sample_configs, torch_dtype)
 
 #: Configs per profile (``conv2d``; ``conv1d``, which no CNN workload uses, takes
 #: :data:`_CONV1D_SHARE` of them) and the largest forward FLOP count of one call.
@@ -44,23 +44,12 @@ _UNPADDED = 0.15
 #: both kinds to learn the difference.
 _ALIGNED = 0.5
 _ALIGN = 8
-#: Largest power-of-two channel alignment the features tell apart (elements).
-_MAX_ALIGNMENT = 32
 
 
 def out_size(size: int, r: int, stride: int, pad: int, dil: int) -> int:
     """Output length of one spatial dim (elements), clamped to at least 1 so
     the work formulas accept any positive ints."""
     return max(1, (size + 2 * pad - dil * (r - 1) - 1) // stride + 1)
-
-
-def channel_alignment(channels: int) -> int:
-    """The largest power of two, up to :data:`_MAX_ALIGNMENT`, that divides
-    ``channels`` (elements; 1 for an odd count)."""
-    alignment = 1
-    while alignment < _MAX_ALIGNMENT and channels % (2 * alignment) == 0:
-        alignment *= 2
-    return alignment
 
 
 def _valid(cfg: Mapping[str, int], spatial: tuple[str, ...]) -> bool:
@@ -135,12 +124,12 @@ class _Conv(OpDef):
         """CPU conv kernels differ by kind: depthwise (one channel per group) is
         memory-bound, 1×1 runs as a GEMM. Flags for both, the output elements,
         the input channels per group, and the alignments of ``C`` and ``K``
-        (:func:`channel_alignment`): kernels that block channels by the SIMD
+        (:func:`~perfmodel.ops.base.pow2_alignment`): kernels that block channels by the SIMD
         width run a ragged count on a slower path."""
         _, _, out, _ = self._sizes(params)
         return [float(params["GROUPS"] == params["C"] and params["C"] > 1),
                 float(params["R"] == 1), out, params["C"] / params["GROUPS"],
-                float(channel_alignment(params["C"])), float(channel_alignment(params["K"]))]
+                float(pow2_alignment(params["C"])), float(pow2_alignment(params["K"]))]
 
     # -- running -----------------------------------------------------------
     def make_runner(self, params, dtype, direction, device):
