@@ -13,8 +13,8 @@ _FULL_DIMS = (1, 8, 16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 20
 #: Random configs per profile, and the largest FLOP count of one call.
 _CONFIGS = {"smoke": 16, "quick": 40}
 _MAX_FLOPS = {"smoke": 3e7, "quick": 2e9, "full": 4e10}
-#: Share of random configs whose dims are all multiples of 8, as layer widths are (an
-#: odd dim ran 15-30% slower per FLOP than its neighbours on an AVX-512 CPU). Unlike
+#: Share of random configs whose dims are all multiples of 8, as layer widths are (odd
+#: dims ran 4-54% slower per FLOP than their neighbours on an AVX-512 CPU). Unlike
 #: the convs', the GEMM predictors are not given the alignment as a feature: on the
 #: same data and folds it did not lower their held-out error.
 _ALIGNED = 0.5
