@@ -32,7 +32,8 @@ def _baseline(args: argparse.Namespace) -> int:
     for workload in sorted(runs - set(chosen.errors)):
         print(f"left out {workload}: fewer than {args.last} runs", file=sys.stderr)
     env = max(loaded.records, key=lambda r: str(r.get("run_id")))["env"]
-    fit_data = _baseline_fit_data(chosen.fits, store, spec.threads)
+    fit_data = {w: _baseline_fit_data(w, fits, store, spec.threads)
+                for w, fits in chosen.fits.items()}
     path = store.baseline_path(args.profile)
     saved = save_baseline(path, spec.key, chosen.errors, env,
                           predicted_by_workload=chosen.predicted_s, fit_data=fit_data,
@@ -49,15 +50,15 @@ def _baseline(args: argparse.Namespace) -> int:
     return 0
 
 
-def _baseline_fit_data(fits: set, store, threads: int | None) -> str | None:
-    """The training-data id the baseline's runs predicted with: theirs when they all
-    carry the same one; for runs stored before records carried it, the newest
-    stored fit's (said on stderr); None (no drift check) when they differ."""
+def _baseline_fit_data(workload: str, fits: set, store, threads: int | None) -> str | None:
+    """The training-data id ``workload``'s baseline runs predicted with: theirs when
+    they all carry the same one; for runs stored before records carried it, the
+    newest stored fit's (said on stderr); None (no drift check) when they differ."""
     from perfmodel.fitting import load_latest_fit
 
     known = fits - {None}
     if len(known) > 1:
-        print("note: the runs used different fits; the baseline checks errors only",
+        print(f"note: {workload}'s runs used different fits; its baseline checks errors only",
               file=sys.stderr)
         return None
     if known:
@@ -65,8 +66,8 @@ def _baseline_fit_data(fits: set, store, threads: int | None) -> str | None:
     fit, _ = load_latest_fit(store, threads=threads)
     if fit is None or not fit.data_id:
         return None
-    print(f"note: the runs carry no fit id; assuming they predicted with the newest stored "
-          f"fit ({fit.data_id})", file=sys.stderr)
+    print(f"note: {workload}'s runs carry no fit id; assuming they predicted with the "
+          f"newest stored fit ({fit.data_id})", file=sys.stderr)
     return fit.data_id
 
 

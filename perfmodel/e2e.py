@@ -75,6 +75,9 @@ class E2EResult:
     #: the measured median (s) of a first measurement that failed the gate's error
     #: check and was repeated (see :func:`measure_again`); None when measured once
     first_measured_s: float | None = None
+    #: training-data id of the fit that predicted it
+    #: (:attr:`perfmodel.fitting.FitReport.data_id`); None when not known
+    fit_data: str | None = None
     prediction: Prediction | None = field(default=None, repr=False)
     graph: Graph | None = field(default=None, repr=False)
 
@@ -121,7 +124,7 @@ class E2EResult:
                 "traced_s": self.traced_s,
                 "overhead_workloads": list(self.overhead_workloads), "bias": self.bias,
                 "traced_gaps_s": self.traced_gaps_s, "first_measured_s": self.first_measured_s,
-                "env": env}
+                **({"fit_data": self.fit_data} if self.fit_data else {}), "env": env}
 
 
 def traced_breakdown(graph: Graph) -> dict[str, float]:

@@ -79,7 +79,7 @@ _CONSISTENCY_ABS = 1e-12
 _TOP_KEYS = ("schema", "device_key", "created_unix_s", "env", "workloads")
 _OPTIONAL_TOP_KEYS = ("fit_data",)
 _ENTRY_KEYS = ("mean", "spread", "n", "errors")
-_OPTIONAL_ENTRY_KEYS = ("predicted_s", "overhead_s")
+_OPTIONAL_ENTRY_KEYS = ("predicted_s", "overhead_s", "fit_data")
 
 
 def _is_number(value: object) -> bool:
@@ -124,7 +124,9 @@ class BaselineEntry:
     ``mean`` is their mean and ``spread`` their sample standard deviation
     (0 when ``n == 1``); ``predicted_s`` the same runs' predicted iteration times
     (seconds), or empty when not recorded; ``overhead_s`` the same runs' (predicted,
-    traced) host-overhead seconds, or empty.
+    traced) host-overhead seconds, or empty; ``fit_data`` the training-data id of
+    the fit those runs predicted with (:attr:`perfmodel.fitting.FitReport.data_id`),
+    None when unknown or when they used several.
     """
 
     mean: float
@@ -133,13 +135,15 @@ class BaselineEntry:
     errors: tuple[float, ...]
     predicted_s: tuple[float, ...] = ()
     overhead_s: tuple[tuple[float, float], ...] = ()
+    fit_data: str | None = None
 
     @classmethod
     def from_errors(cls, errors: Iterable[float], predicted_s: Iterable[float] = (),
-                    overhead_s: Iterable[Sequence[float]] = ()) -> BaselineEntry:
+                    overhead_s: Iterable[Sequence[float]] = (),
+                    fit_data: str | None = None) -> BaselineEntry:
         """The entry summarising signed ``errors`` (and their runs' ``predicted_s``
-        and ``overhead_s`` pairs); ValueError when empty, not finite, or the
-        lengths differ."""
+        and ``overhead_s`` pairs, predicted with the fit of ``fit_data``);
+        ValueError when empty, not finite, or the lengths differ."""
         values = tuple(_check_signed_error(e, f"errors[{i}]") for i, e in enumerate(errors))
         if not values:
             raise ValueError("a baseline entry needs at least one E2E error; got none")
@@ -153,7 +157,7 @@ class BaselineEntry:
             raise ValueError(f"{len(overhead)} overhead pair(s) for {len(values)} error(s)")
         spread = statistics.stdev(values) if len(values) > 1 else 0.0
         return cls(float(statistics.mean(values)), float(spread), len(values), values,
-                   predicted, overhead)
+                   predicted, overhead, fit_data or None)
 
     @property
     def predicted_mean_s(self) -> float | None:
@@ -178,6 +182,8 @@ class BaselineEntry:
             out["predicted_s"] = list(self.predicted_s)
         if self.overhead_s:
             out["overhead_s"] = [list(p) for p in self.overhead_s]
+        if self.fit_data:
+            out["fit_data"] = self.fit_data
         return out
 
 
@@ -189,21 +195,30 @@ class Baseline:
     entries: dict[str, BaselineEntry]
     env: dict
     created_unix_s: float | None = None
-    #: :attr:`perfmodel.fitting.FitReport.data_id` of the fit its runs predicted with
+    #: :attr:`perfmodel.fitting.FitReport.data_id` of the fit its runs predicted with,
+    #: for entries that do not name their own (baselines saved before entries did)
     fit_data: str | None = None
+
+    def fit_data_for(self, workload: str) -> str | None:
+        """The training-data id ``workload``'s runs predicted with: its entry's,
+        else the baseline's; None when unknown."""
+        entry = self.entries.get(workload)
+        return (entry.fit_data if entry is not None else None) or self.fit_data
 
 
 def save_baseline(path: Path, device_key: str,
                   errors_by_workload: Mapping[str, Sequence[float]], env: dict,
                   created_unix_s: float | None = None,
                   predicted_by_workload: Mapping[str, Sequence[float]] | None = None,
-                  fit_data: str | None = None,
+                  fit_data: str | Mapping[str, str | None] | None = None,
                   overhead_by_workload: Mapping[str, Sequence[Sequence[float]]] | None = None
                   ) -> Baseline:
     """Write a schema-2 baseline from each workload's repeated E2E errors (fractions)
     and, when given, the same runs' predicted times (seconds), their (predicted,
     traced) host-overhead seconds, and the id of the fit's training data they were
-    predicted with (``fit_data``).
+    predicted with (``fit_data``: one id for every workload, or one per workload, as
+    a multi-rank workload is predicted with its ranks' fit and a single-rank one
+    with the session's).
 
     The write is atomic; ``created_unix_s`` defaults to now. Returns what was written.
     ValueError when a workload has no errors or a bad one.
@@ -211,19 +226,20 @@ def save_baseline(path: Path, device_key: str,
     entries = {}
     predicted = predicted_by_workload or {}
     overhead = overhead_by_workload or {}
+    fits = fit_data if isinstance(fit_data, Mapping) else \
+        {w: fit_data for w in errors_by_workload}
     for workload, errors in sorted(errors_by_workload.items()):
         try:
             entries[workload] = BaselineEntry.from_errors(errors, predicted.get(workload, ()),
-                                                          overhead.get(workload, ()))
+                                                          overhead.get(workload, ()),
+                                                          fits.get(workload))
         except ValueError as exc:
             raise ValueError(f"{path}: workload {workload!r}: {exc}") from None
     created = time.time() if created_unix_s is None else float(created_unix_s)
     data = {"schema": BASELINE_SCHEMA, "device_key": device_key, "created_unix_s": created,
             "env": dict(env), "workloads": {w: e.to_dict() for w, e in entries.items()}}
-    if fit_data:
-        data["fit_data"] = fit_data
     write_json_atomic(path, data)
-    return Baseline(device_key, entries, dict(env), created, fit_data or None)
+    return Baseline(device_key, entries, dict(env), created)
 
 
 @dataclass
@@ -236,7 +252,7 @@ class BaselineRuns:
     errors: dict[str, list[float]] = field(default_factory=dict)
     predicted_s: dict[str, list[float]] = field(default_factory=dict)
     overhead_s: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
-    fits: set = field(default_factory=set)
+    fits: dict[str, set] = field(default_factory=dict)
 
 
 def baseline_errors(records: Iterable[Mapping], profile: str, last_runs: int) -> BaselineRuns:
@@ -260,7 +276,7 @@ def baseline_errors(records: Iterable[Mapping], profile: str, last_runs: int) ->
             measured = r["measured_s"]
             out.errors.setdefault(workload, []).append((r["predicted_s"] - measured) / measured)
             out.predicted_s.setdefault(workload, []).append(r["predicted_s"])
-            out.fits.add(r.get("fit_data"))
+            out.fits.setdefault(workload, set()).add(r.get("fit_data"))
         if all(r.get("traced_gaps_s") is not None for r in chosen):
             out.overhead_s[workload] = [
                 ((r.get("breakdown_s") or {}).get("host overhead", 0.0), r["traced_gaps_s"])
@@ -373,7 +389,10 @@ def _entry_from_dict(name: str, raw: object) -> BaselineEntry:
     predicted = _per_run(raw, "predicted_s", n, where, "predicted time(s)", _check_seconds)
     overhead = _per_run(raw, "overhead_s", n, where, "[predicted, traced] pair(s)",
                         _check_overhead_pair)
-    return BaselineEntry(mean, spread, n, values, predicted, overhead)
+    fit_data = raw.get("fit_data")
+    if fit_data is not None and (not isinstance(fit_data, str) or not fit_data):
+        raise ValueError(f"'{where}.fit_data' = {fit_data!r} is not a non-empty string")
+    return BaselineEntry(mean, spread, n, values, predicted, overhead, fit_data)
 
 
 def _per_run(raw: dict, key: str, n: int, where: str, what: str, check) -> tuple:
@@ -594,14 +613,14 @@ def check_errors(errors: Mapping[str, float], baseline: Baseline, policy: GatePo
                  expected: Iterable[str] = (), device_key: str | None = None,
                  env: Mapping | None = None,
                  predicted_s: Mapping[str, float] | None = None,
-                 fit_data: str | None = None,
+                 fit_data: str | Mapping[str, str | None] | None = None,
                  overhead_s: Mapping[str, Sequence[float]] | None = None) -> GateReport:
     """Judge each workload's signed E2E error (fraction) against ``baseline`` under
     ``policy``, and, where ``predicted_s`` (seconds) and the baseline's predictions
-    are both there and this run's fit was trained on the same measurements as the
-    baseline's (``fit_data`` equals ``baseline.fit_data``), its prediction's drift:
-    a fit on other data moves predictions by itself, and that is for the error
-    check to judge. ``overhead_s`` (workload -> (predicted, traced) host-overhead
+    are both there and the workload was predicted with a fit trained on the same
+    measurements as its baseline runs (``fit_data``, one id or one per workload,
+    equals :meth:`Baseline.fit_data_for`), its prediction's drift: a fit on other
+    data moves predictions by itself, and that is for the error check to judge. ``overhead_s`` (workload -> (predicted, traced) host-overhead
     seconds) feeds the overhead model's check (:func:`overhead_check`).
 
     Workloads in ``expected`` that the baseline has but ``errors`` lacks are reported
@@ -610,13 +629,15 @@ def check_errors(errors: Mapping[str, float], baseline: Baseline, policy: GatePo
     become warnings, not failures.
     """
     notes = []
-    if predicted_s and (not fit_data or fit_data != baseline.fit_data):
-        if any(e.predicted_s for e in baseline.entries.values()):
-            notes.append("note: prediction drift not checked: this run's fit was trained on "
-                         "other measurements than the baseline's (re-save the baseline to "
-                         "check it)")
-        predicted_s = {}
+    fits = fit_data if isinstance(fit_data, Mapping) else {w: fit_data for w in errors}
     predicted_s = predicted_s or {}
+    unchecked = sorted(w for w in predicted_s
+                       if not fits.get(w) or fits.get(w) != baseline.fit_data_for(w))
+    if any(baseline.entries[w].predicted_s for w in unchecked if w in baseline.entries):
+        notes.append(f"note: prediction drift not checked for {', '.join(unchecked)}: "
+                     f"predicted with a fit trained on other measurements than the "
+                     f"baseline's (re-save the baseline to check it)")
+    predicted_s = {w: p for w, p in predicted_s.items() if w not in unchecked}
     verdicts = [_judge(w, e, baseline.entries.get(w), policy, predicted_s.get(w))
                 for w, e in errors.items()]
     verdicts += [Verdict(w, "missing", None, baseline.entries[w], policy)

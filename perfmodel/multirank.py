@@ -297,7 +297,8 @@ def result_from_record(data: dict) -> E2EResult:
                                           m["items_per_s"]),
         data["predicted_s"], data["breakdown_s"], data["predicted_own_s"], data["regions_s"],
         [tuple(row) for row in data["unmodelled"]], data["no_predictor"], data["n_tasks"],
-        data["traced_s"], tuple(data["overhead_workloads"]), data["bias"])
+        data["traced_s"], tuple(data["overhead_workloads"]), data["bias"],
+        fit_data=data.get("fit_data"))
 
 
 # -- the ranks ------------------------------------------------------------------------------
@@ -374,7 +375,8 @@ def result_record(label: str, graphs: list[Graph], fit, table: OverheadTable,
         "unmodelled": sorted(unmodelled.values(), key=lambda r: (-r[2], -r[1], r[0])),
         "no_predictor": shared.no_predictor, "n_tasks": sum(len(g.tasks) for g in graphs),
         "traced_s": max(traced) if traced else None,
-        "overhead_workloads": list(table.workloads), "bias": bias}
+        "overhead_workloads": list(table.workloads), "bias": bias,
+        "fit_data": fit.data_id}
 
 
 def _files(directory: Path, name: str) -> TraceFiles:

@@ -431,17 +431,17 @@ class PerfmodelSession:
                 self.problems.append(problem)
 
     def record_e2e(self, result) -> None:
-        """Store an :class:`~perfmodel.e2e.E2EResult` (with the id of the fit's
-        training data) and hand it to the gate."""
-        record = result.record(self.env)
-        if self._fit is not None:
-            record["fit_data"] = self._fit.data_id
-        self._append(record)
+        """Store an :class:`~perfmodel.e2e.E2EResult` (with the id of the training
+        data of the fit that predicted it: its own, as a multi-rank result names
+        its ranks' fit, else this session's) and hand it to the gate."""
+        if result.fit_data is None and self._fit is not None:
+            result.fit_data = self._fit.data_id
+        self._append(result.record(self.env))
         self.e2e.append(result)
 
-    def _fit_data(self) -> str | None:
-        """The training-data id of the fit this session predicted with, if any."""
-        return self._fit.data_id if self._fit is not None else None
+    def _fit_data(self) -> dict[str, str | None]:
+        """Per workload, the training-data id of the fit that predicted it."""
+        return {r.workload: r.fit_data for r in self.e2e}
 
     # -- end of session ---------------------------------------------------------------
     def finish(self) -> GateOutcome:

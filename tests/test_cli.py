@@ -42,3 +42,27 @@ def test_baseline_from_stored_runs(planted_results, capsys):
     assert entry.overhead_s == ((0.002, 0.0025), (0.002, 0.0025))
     assert main([*args, "--last", "3"]) == 2
     assert "need 3 run(s) of profile 'quick'" in capsys.readouterr().err
+
+
+def test_baseline_keeps_each_workloads_own_fit_id(planted_results, capsys):
+    """Multi-rank workloads predict with their ranks' fit: one workload's fits
+    do not switch off another's drift check."""
+    from perfmodel.gate import load_baseline
+    from perfmodel.store import ResultStore
+
+    results, key = planted_results
+    store = ResultStore(results, key)
+    runs = (("20260101T000000Z-1-a", "1111111111111111"), ("20260102T000000Z-1-b", "2222222222222222"))
+    for run, ranks_fit in runs:
+        writer = store.open_run({"torch": "2.13.0"}, "quick", run)
+        for workload, fit in (("mlp_small", "aaaaaaaaaaaaaaaa"), ("ddp_mlp@2", ranks_fit)):
+            writer.append({"kind": "e2e", "workload": workload, "measured_s": 0.1,
+                           "predicted_s": 0.105, "error": 0.05, "fit_data": fit,
+                           "env": {"torch": "2.13.0"}})
+        writer.close()
+    assert main(["baseline", "--device", "cpu", "--results", str(results), "--threads", "1",
+                 "--last", "2"]) == 0
+    assert "ddp_mlp@2's runs used different fits" in capsys.readouterr().err
+    saved = load_baseline(store.baseline_path("quick"))
+    assert saved.fit_data_for("mlp_small") == "aaaaaaaaaaaaaaaa"
+    assert saved.fit_data_for("ddp_mlp@2") is None

@@ -302,7 +302,7 @@ def test_baseline_errors_take_the_newest_runs_of_a_profile_without_bias():
                rec("20260105T000000Z-e", "w", 0.5, profile="smoke")]
     chosen = baseline_errors(records, "quick", last_runs=2)
     assert chosen.errors == {"w": [pytest.approx(0.1), pytest.approx(-0.1)]}
-    assert chosen.predicted_s == {"w": [0.11, 0.09]} and chosen.fits == {None}
+    assert chosen.predicted_s == {"w": [0.11, 0.09]} and chosen.fits == {"w": {None}}
     assert chosen.overhead_s == {}  # these records carry no traced overheads
     with pytest.raises(ValueError, match="need 4 run.*the most any workload has is 3"):
         baseline_errors(records, "quick", last_runs=4)
@@ -395,7 +395,7 @@ def test_predictions_round_trip_through_the_file_and_are_validated(tmp_path):
     path = tmp_path / "baseline-quick.json"
     saved = save_baseline(path, "cpu-x", {"w": [0.01, 0.03]}, ENV,
                           predicted_by_workload={"w": [0.1, 0.102]}, fit_data=FIT)
-    assert load_baseline(path) == saved and saved.fit_data == FIT
+    assert load_baseline(path) == saved and saved.fit_data_for("w") == FIT
     assert saved.entries["w"].predicted_s == (0.1, 0.102)
     data = json.loads(path.read_text())
     data["workloads"]["w"]["predicted_s"] = [0.1]
@@ -406,6 +406,42 @@ def test_predictions_round_trip_through_the_file_and_are_validated(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError, match=r"predicted_s\[1\]"):
         load_baseline(path)
+
+
+def test_each_workload_is_drift_checked_against_the_fit_its_own_baseline_runs_used(tmp_path):
+    """A multi-rank workload is predicted with its ranks' 1-thread fit and a
+    single-rank one with the session's: the baseline keeps one fit id per workload,
+    and a run checks the drift of the workloads whose fit it still has."""
+    ranks = "fedcba9876543210"
+    path = tmp_path / "baseline-quick.json"
+    runs = {"w": [-0.06, 0.04, -0.03, 0.01], "w@2": [-0.06, 0.04, -0.03, 0.01]}
+    predicted = {"w": [0.100, 0.101, 0.099, 0.100], "w@2": [0.100, 0.101, 0.099, 0.100]}
+    saved = save_baseline(path, "cpu-x", runs, ENV, predicted_by_workload=predicted,
+                          fit_data={"w": FIT, "w@2": ranks})
+    assert load_baseline(path) == saved
+    assert (saved.fit_data_for("w"), saved.fit_data_for("w@2")) == (FIT, ranks)
+    moved = {"w": 0.109, "w@2": 0.109}  # both predictions moved +9%
+    both = by_name(check_errors({"w": 0.02, "w@2": 0.02}, saved, GatePolicy(),
+                                predicted_s=moved, fit_data={"w": FIT, "w@2": ranks}))
+    assert both["w"].status == both["w@2"].status == "drifted"
+    refit = check_errors({"w": 0.02, "w@2": 0.02}, saved, GatePolicy(), predicted_s=moved,
+                         fit_data={"w": FIT, "w@2": "0000000000000000"})  # the ranks refitted
+    assert (by_name(refit)["w"].status, by_name(refit)["w@2"].status) == ("drifted", "ok")
+    assert any(line.startswith("note: prediction drift not checked for w@2:")
+               for line in refit.lines())
+    data = json.loads(path.read_text())
+    data["workloads"]["w"]["fit_data"] = 7
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"workloads\.w\.fit_data"):
+        load_baseline(path)
+
+
+def test_a_baseline_with_one_top_level_fit_id_still_checks_every_workload():
+    base = Baseline("cpu-x", {"w": BaselineEntry.from_errors([0.0, 0.02], [0.1, 0.1])}, ENV, 0.0,
+                    fit_data=FIT)  # saved before entries named their fit
+    assert base.fit_data_for("w") == FIT and base.fit_data_for("other") == FIT
+    assert check_errors({"w": 0.01}, base, GatePolicy(), predicted_s={"w": 0.2},
+                        fit_data=FIT).failed
 
 
 # -- the host-overhead model ----------------------------------------------------------------

@@ -55,7 +55,9 @@ def planted_fit(planted_results):
 
 @needs_mpi
 def test_two_ranks_trace_measure_and_predict_dlrm_mp(planted_fit):
+    from perfmodel.fitting import load_latest_fit
     from perfmodel.graph import build_graph
+    from perfmodel.store import ResultStore
     from perfmodel.trace import load_trace
 
     root, key = planted_fit
@@ -65,6 +67,8 @@ def test_two_ranks_trace_measure_and_predict_dlrm_mp(planted_fit):
     assert result.measured.median_s > 0 and result.predicted_s > 0
     assert result.breakdown_s["communication"] > 0
     assert "all_to_all.forward" not in result.no_predictor
+    ranks_fit, _ = load_latest_fit(ResultStore(root, key), threads=1)
+    assert result.fit_data == ranks_fit.data_id  # the gate checks its drift against that fit
     traces = root / key / "traces"
     for rank in (0, 1):
         graph = build_graph(load_trace(traces / f"dlrm_mp@2.rank{rank}.et.json",
