@@ -620,8 +620,9 @@ def check_errors(errors: Mapping[str, float], baseline: Baseline, policy: GatePo
     are both there and the workload was predicted with a fit trained on the same
     measurements as its baseline runs (``fit_data``, one id or one per workload,
     equals :meth:`Baseline.fit_data_for`), its prediction's drift: a fit on other
-    data moves predictions by itself, and that is for the error check to judge. ``overhead_s`` (workload -> (predicted, traced) host-overhead
-    seconds) feeds the overhead model's check (:func:`overhead_check`).
+    data moves predictions by itself, and that is for the error check to judge.
+    ``overhead_s`` (workload -> (predicted, traced) host-overhead seconds) feeds the
+    overhead model's check (:func:`overhead_check`).
 
     Workloads in ``expected`` that the baseline has but ``errors`` lacks are reported
     ``missing``; baseline workloads not expected (deselected) are not reported.

@@ -52,7 +52,8 @@ def test_baseline_keeps_each_workloads_own_fit_id(planted_results, capsys):
 
     results, key = planted_results
     store = ResultStore(results, key)
-    runs = (("20260101T000000Z-1-a", "1111111111111111"), ("20260102T000000Z-1-b", "2222222222222222"))
+    runs = (("20260101T000000Z-1-a", "1111111111111111"),
+            ("20260102T000000Z-1-b", "2222222222222222"))
     for run, ranks_fit in runs:
         writer = store.open_run({"torch": "2.13.0"}, "quick", run)
         for workload, fit in (("mlp_small", "aaaaaaaaaaaaaaaa"), ("ddp_mlp@2", ranks_fit)):

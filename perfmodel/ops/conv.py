@@ -124,8 +124,8 @@ class _Conv(OpDef):
         """CPU conv kernels differ by kind: depthwise (one channel per group) is
         memory-bound, 1×1 runs as a GEMM. Flags for both, the output elements,
         the input channels per group, and the alignments of ``C`` and ``K``
-        (:func:`~perfmodel.ops.base.pow2_alignment`): kernels that block channels by the SIMD
-        width run a ragged count on a slower path."""
+        (:func:`~perfmodel.ops.base.pow2_alignment`): kernels that block channels
+        by the SIMD width run a ragged count on a slower path."""
         _, _, out, _ = self._sizes(params)
         return [float(params["GROUPS"] == params["C"] and params["C"] > 1),
                 float(params["R"] == 1), out, params["C"] / params["GROUPS"],
