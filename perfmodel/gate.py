@@ -226,8 +226,7 @@ def save_baseline(path: Path, device_key: str,
     entries = {}
     predicted = predicted_by_workload or {}
     overhead = overhead_by_workload or {}
-    fits = fit_data if isinstance(fit_data, Mapping) else \
-        {w: fit_data for w in errors_by_workload}
+    fits = _per_workload(fit_data, errors_by_workload)
     for workload, errors in sorted(errors_by_workload.items()):
         try:
             entries[workload] = BaselineEntry.from_errors(errors, predicted.get(workload, ()),
@@ -242,11 +241,18 @@ def save_baseline(path: Path, device_key: str,
     return Baseline(device_key, entries, dict(env), created)
 
 
+def _per_workload(fit_data: str | Mapping[str, str | None] | None,
+                  workloads: Iterable[str]) -> Mapping[str, str | None]:
+    """``fit_data`` as one fit id per workload: a mapping as it is, one id (or
+    None) for each of ``workloads``."""
+    return fit_data if isinstance(fit_data, Mapping) else {w: fit_data for w in workloads}
+
+
 @dataclass
 class BaselineRuns:
     """What a baseline is saved from, per workload and in run order: signed E2E
     errors, predicted times (s), (predicted, traced) host-overhead seconds (only for
-    workloads whose every run has them), and the set of fit data ids the records
+    workloads whose every run has them), and the set of fit data ids its records
     carry (None for records without one)."""
 
     errors: dict[str, list[float]] = field(default_factory=dict)
@@ -630,7 +636,7 @@ def check_errors(errors: Mapping[str, float], baseline: Baseline, policy: GatePo
     become warnings, not failures.
     """
     notes = []
-    fits = fit_data if isinstance(fit_data, Mapping) else {w: fit_data for w in errors}
+    fits = _per_workload(fit_data, errors)
     predicted_s = predicted_s or {}
     unchecked = sorted(w for w in predicted_s
                        if not fits.get(w) or fits.get(w) != baseline.fit_data_for(w))

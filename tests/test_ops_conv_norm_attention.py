@@ -6,8 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from perfmodel.ops import PROFILES, get_op
-from perfmodel.ops.base import pow2_alignment
-from perfmodel.ops.conv import out_size
+from perfmodel.ops.conv import out_size, pow2_alignment
 
 CONV = ("conv2d", "conv1d")
 NORM = ("batch_norm", "layer_norm", "dropout")

@@ -176,16 +176,6 @@ def log_uniform_ints(rng: random.Random, low: int, high: int, multiple: int = 1)
     return max(low, min(high, int(round(value / multiple)) * multiple))
 
 
-def pow2_alignment(value: int, cap: int = 32) -> int:
-    """The largest power of two, up to ``cap``, that divides ``value`` (1 for an
-    odd value): CPU kernels block dims by the SIMD width and run a ragged
-    remainder on a slower path (a conv feature, see :mod:`perfmodel.ops.conv`)."""
-    alignment = 1
-    while alignment < cap and value % (2 * alignment) == 0:
-        alignment *= 2
-    return alignment
-
-
 def sample_configs(seed: str, params: Sequence[str], count: int,
                    draw: Callable[[random.Random, int], dict[str, int]],
                    accept: Callable[[dict[str, int]], bool] = lambda cfg: True,

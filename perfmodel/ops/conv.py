@@ -16,7 +16,7 @@ import random
 from typing import Mapping
 
 from perfmodel.ops.base import (DTYPE_BYTES, GRAD_INPUT_EVERY, OpDef, log_uniform_ints,
-                                pow2_alignment, sample_configs, torch_dtype)
+                                sample_configs, torch_dtype)
 
 #: Configs per profile (``conv2d``; ``conv1d``, which no CNN workload uses, takes
 #: :data:`_CONV1D_SHARE` of them) and the largest forward FLOP count of one call.
@@ -50,6 +50,15 @@ def out_size(size: int, r: int, stride: int, pad: int, dil: int) -> int:
     """Output length of one spatial dim (elements), clamped to at least 1 so
     the work formulas accept any positive ints."""
     return max(1, (size + 2 * pad - dil * (r - 1) - 1) // stride + 1)
+
+
+def pow2_alignment(value: int, cap: int = 32) -> int:
+    """The largest power of two, up to ``cap``, that divides ``value`` (1 for an
+    odd value): a channel count's alignment to the kernels' SIMD blocking."""
+    alignment = 1
+    while alignment < cap and value % (2 * alignment) == 0:
+        alignment *= 2
+    return alignment
 
 
 def _valid(cfg: Mapping[str, int], spatial: tuple[str, ...]) -> bool:
@@ -124,8 +133,8 @@ class _Conv(OpDef):
         """CPU conv kernels differ by kind: depthwise (one channel per group) is
         memory-bound, 1×1 runs as a GEMM. Flags for both, the output elements,
         the input channels per group, and the alignments of ``C`` and ``K``
-        (:func:`~perfmodel.ops.base.pow2_alignment`): kernels that block channels
-        by the SIMD width run a ragged count on a slower path."""
+        (:func:`pow2_alignment`): kernels that block channels by the SIMD width
+        run a ragged count on a slower path."""
         _, _, out, _ = self._sizes(params)
         return [float(params["GROUPS"] == params["C"] and params["C"] > 1),
                 float(params["R"] == 1), out, params["C"] / params["GROUPS"],
