@@ -39,7 +39,9 @@ def _baseline(args: argparse.Namespace) -> int:
                           predicted_by_workload=chosen.predicted_s, fit_data=fit_data,
                           overhead_by_workload=chosen.overhead_s)
     for workload, entry in saved.entries.items():
-        print(f"{workload:<22} mean {entry.mean:+7.2%}  spread {entry.spread:6.2%}  n {entry.n}")
+        floor = "" if entry.noise_floor is None else f"  floor {entry.noise_floor:6.2%}"
+        print(f"{workload:<22} mean {entry.mean:+7.2%}  spread {entry.spread:6.2%}  n {entry.n}"
+              f"{floor}")
     with_overhead = [w for w, e in saved.entries.items() if e.overhead_s]
     ratios = overhead_ratios(saved, with_overhead)
     if ratios:

@@ -174,6 +174,25 @@ class BaselineEntry:
             return 0.0
         return statistics.stdev(self.predicted_s) / statistics.mean(self.predicted_s)
 
+    @property
+    def measured_s(self) -> tuple[float, ...]:
+        """The runs' measured iteration times (s), from each predicted time and
+        its signed error; empty when predictions were not recorded."""
+        return tuple(p / (1 + e) for p, e in zip(self.predicted_s, self.errors))
+
+    @property
+    def noise_floor(self) -> float | None:
+        """The E2E error floor of these runs (a fraction): the mean of
+        |measured - median measured| / measured over them, the error that the best
+        prediction fixed in hindsight (their median) would have shown. No
+        prediction can be expected to beat it on this host. None with fewer
+        than 2 runs or no recorded predictions."""
+        measured = self.measured_s
+        if len(measured) < 2:
+            return None
+        median = statistics.median(measured)
+        return statistics.mean(abs(m - median) / m for m in measured)
+
     def to_dict(self) -> dict:
         """JSON-safe form, as stored under ``workloads`` in the baseline file."""
         out = {"mean": self.mean, "spread": self.spread, "n": self.n,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import textwrap
 
 from pytest_perfmodel.session import PerfmodelSession
@@ -56,16 +57,19 @@ def summary_lines(pm: PerfmodelSession, quiet: bool = False) -> list[str]:
         verdicts = {v.workload: v for v in pm.gate.verdicts}
         lines.append("")
         lines.append(f"{'workload':<20}{'measured':>10}{'sd':>8}{'predicted':>11}{'error':>8}"
-                     f"{'own-ovh':>8}{'unmod':>7}{'baseline':>9}  {'verdict'}")
+                     f"{'own-ovh':>8}{'unmod':>7}{'baseline':>9}{'floor':>7}  {'verdict'}")
         rows = [(r, verdicts.get(r.workload)) for r in pm.e2e] + \
             [(r, None) for r in pm.user_models]  # user models are not gated
         for r, v in rows:
-            base = v.entry.mean if v is not None and v.entry is not None else None
+            entry = v.entry if v is not None else None
             lines.append(f"{r.workload[:19]:<20}{_ms(r.measured.median_s):>10}"
                          f"{_ms(r.measured.sd_s):>8}{_ms(r.predicted_s):>11}"
                          f"{_pct(r.signed_error, '+'):>8}{_pct(r.error_own):>8}"
-                         f"{_pct(r.unmodelled_share):>7}{_pct(base, '+'):>9}  "
+                         f"{_pct(r.unmodelled_share):>7}"
+                         f"{_pct(entry.mean if entry else None, '+'):>9}"
+                         f"{_pct(entry.noise_floor if entry else None):>7}  "
                          f"{_VERDICT.get(v.status, v.status) if v else '-'}")
+        lines.extend(geomean_lines(pm.e2e, verdicts))
         for r in [*pm.e2e, *pm.user_models]:
             top = ", ".join(f"{_short(name)} x{n} {_pct(share)}"
                             for name, n, share in r.unmodelled[:3])
@@ -86,6 +90,31 @@ def summary_lines(pm: PerfmodelSession, quiet: bool = False) -> list[str]:
     return [part for line in lines for part in (
         textwrap.wrap(line, WIDTH, subsequent_indent="     ", break_long_words=False,
                       break_on_hyphens=False) if line.startswith("WARN ") else [line])]
+
+
+def geomean_lines(results, verdicts) -> list[str]:
+    """The geometric mean of the single-rank workloads' |error| (shared and own
+    overheads) beside that of their baseline entries' noise floors; none for
+    fewer than 2 such workloads. Multi-rank workloads (``name@ranks``) are left
+    out: their targets are per workload."""
+    single = [r for r in results if "@" not in r.workload and r.error > 0]
+    if len(single) < 2:
+        return []
+    line = (f"geomean |error| of {len(single)} workloads: {_pct(geomean(r.error for r in single))}"
+            f" shared, {_pct(geomean(r.error if r.error_own is None else r.error_own for r in single))}"
+            f" own overheads")
+    floors = [v.entry.noise_floor for r in single
+              if (v := verdicts.get(r.workload)) is not None and v.entry is not None
+              and v.entry.noise_floor]
+    if len(floors) == len(single):
+        line += f"; floor {_pct(geomean(floors))}"
+    return [line]
+
+
+def geomean(values) -> float:
+    """Geometric mean of ``values`` (fractions), each taken as at least 1e-6."""
+    values = [max(v, 1e-6) for v in values]
+    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def gate_decision(pm: PerfmodelSession) -> str | None:

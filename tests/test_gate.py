@@ -41,6 +41,32 @@ def test_entry_of_one_run_has_zero_spread():
     assert entry(0.05) == BaselineEntry(0.05, 0.0, 1, (0.05,))
 
 
+def test_noise_floor_is_the_mean_deviation_of_measured_times_from_their_median():
+    # measured = predicted / (1 + error): 100, 80 and 125 ms around a median of 100 ms
+    e = BaselineEntry.from_errors([0.0, 0.25, -0.2], predicted_s=[0.1, 0.1, 0.1])
+    assert e.measured_s == pytest.approx((0.1, 0.08, 0.125))
+    assert e.noise_floor == pytest.approx((0 + 0.02 / 0.08 + 0.025 / 0.125) / 3)  # 15%
+
+
+def test_noise_floor_needs_two_runs_with_predictions():
+    assert entry(0.01, 0.02).noise_floor is None  # no predicted times recorded
+    assert BaselineEntry.from_errors([0.1], predicted_s=[0.2]).noise_floor is None
+
+
+@given(st.lists(st.floats(0.001, 10), min_size=2, max_size=12),
+       st.lists(st.floats(-0.9, 3), min_size=12, max_size=12), st.floats(0.01, 100))
+@DETERMINISTIC
+def test_noise_floor_is_scale_free_and_zero_only_for_equal_measurements(predicted, errors,
+                                                                        scale):
+    errors = errors[:len(predicted)]
+    e = BaselineEntry.from_errors(errors, predicted_s=predicted)
+    scaled = BaselineEntry.from_errors(errors, predicted_s=[p * scale for p in predicted])
+    assert e.noise_floor >= 0
+    assert scaled.noise_floor == pytest.approx(e.noise_floor, rel=1e-9, abs=1e-12)
+    constant = BaselineEntry.from_errors(errors, predicted_s=[1 + err for err in errors])
+    assert constant.noise_floor == pytest.approx(0, abs=1e-12)  # every run measured 1 s
+
+
 @pytest.mark.parametrize("errors", [(), (0.1, float("nan")), (float("inf"),), ("0.1",),
                                     (True,)])
 def test_entry_rejects_empty_and_bad_errors(errors):

@@ -344,12 +344,46 @@ def test_summary_shows_baseline_verdict_and_decision(pytester, planted_results):
     assert out.ret == 0
     out.stdout.fnmatch_lines([
         f"device {key} (planted test CPU), profile smoke",
-        "workload*measured*sd*predicted*error*own-ovh*unmod*baseline  verdict",
-        "mlp_small *100.00ms*1.00ms*104.00ms*+4.0%*n/a*0.0%*+4.0%  ok",
+        "workload*measured*sd*predicted*error*own-ovh*unmod*baseline  floor  verdict",
+        "mlp_small *100.00ms*1.00ms*104.00ms*+4.0%*n/a*0.0%*+4.0%    n/a  ok",
         "perfmodel gate: pass, 1 workload(s) within their baseline"])
     # a gate verdict and the results path stay one line (the path's length is the tmp dir's)
     assert all(len(line) <= 100 for line in _perfmodel_section(out)
                if not line.startswith(("ok ", "FAIL ", "results ")))
+
+
+TWO_WORKLOADS = """
+import pytest
+from perfmodel.e2e import E2EResult, IterationTiming
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name,predicted_s,own_s", [("mlp_small", 0.104, 0.101),
+                                                    ("cnn_resnet", 0.091, 0.09)])
+def test_planted(perfmodel_session, name, predicted_s, own_s):
+    perfmodel_session.record_e2e(E2EResult(name, IterationTiming(0.1, 0.001, 15, 3, 2560.0),
+                                           predicted_s, predicted_own_s=own_s))
+"""
+
+
+def test_summary_shows_each_workloads_floor_and_the_geomeans(pytester, planted_results):
+    """The floor column comes from the baseline runs' measured times (predicted /
+    (1 + error)): mlp_small's 100, 80 and 125 ms give 15%, cnn_resnet's 100 and
+    90.9 ms (median 95.5 ms) 4.8%; the geomeans are of |error| 4% and 9% (shared:
+    6.0%), of 1% and 10% (own: 3.2%), and of the floors (8.5%)."""
+    from perfmodel.gate import save_baseline
+
+    results, key = planted_results
+    save_baseline(results / key / "baseline-smoke.json", key,
+                  {"mlp_small": [0.0, 0.25, -0.2], "cnn_resnet": [0.0, 0.1]}, {},
+                  predicted_by_workload={"mlp_small": [0.1, 0.1, 0.1],
+                                         "cnn_resnet": [0.1, 0.1]})
+    pytester.makepyfile(TWO_WORKLOADS)
+    out = run(pytester, results, "-m", "e2e")
+    assert out.ret == 0, out.stdout.str()
+    out.stdout.fnmatch_lines([
+        "mlp_small *104.00ms*+4.0%*1.0%*+1.7%  15.0%  ok",
+        "cnn_resnet *91.00ms*-9.0%*10.0%*+5.0%   4.8%  ok",
+        "geomean |error| of 2 workloads: 6.0% shared, 3.2% own overheads; floor 8.5%"])
 
 
 def test_summary_quiet_prints_only_failures(pytester, planted_results):
@@ -357,7 +391,7 @@ def test_summary_quiet_prints_only_failures(pytester, planted_results):
     plant_baseline(results, key, BASE)
     pytester.makepyfile(GATE_SUITE.format(predicted=0.108))  # error +8% > allowed 7%
     out = run(pytester, results, "-m", "e2e")
-    out.stdout.fnmatch_lines(["mlp_small *+8.0%*+4.0%  FAIL",
+    out.stdout.fnmatch_lines(["mlp_small *+8.0%*+4.0%    n/a  FAIL",
                               "FAIL perfmodel gate: 1 of 1 workload(s) failed (mlp_small)"])
     out = run(pytester, results, "-m", "e2e", "-q")
     assert out.ret == pytest.ExitCode.TESTS_FAILED
