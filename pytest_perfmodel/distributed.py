@@ -144,7 +144,8 @@ def _quiet(config: pytest.Config, log: Path) -> None:
     config.pluginmanager.register(TerminalReporter(config, stream), "terminalreporter")
 
 
-def _is_collective(item: pytest.Item) -> bool:
+def is_collective(item: pytest.Item) -> bool:
+    """Whether ``item`` measures a collective (it then runs on every rank, in step)."""
     case = getattr(getattr(item, "callspec", None), "params", {}).get("op_case")
     if item.get_closest_marker("collective") is not None and case is None:
         return True
@@ -177,7 +178,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     kept, dropped = shard_items(items, world[0], world[1],
                                 lambda i: i.get_closest_marker("microbench") is not None,
-                                _is_collective)
+                                is_collective)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept

@@ -13,6 +13,7 @@ import pytest
 from perfmodel.bench import BUDGET_S
 from perfmodel.ops import PROFILES, cases_for, get_op
 from perfmodel.settings import SettingsError, load_settings
+from pytest_perfmodel.distributed import is_collective
 from pytest_perfmodel.session import Options, PerfmodelSession, default_threads
 
 SESSION_KEY = pytest.StashKey[PerfmodelSession]()
@@ -31,6 +32,8 @@ MARKERS = {
 }
 #: Run order of the stages: fitting needs the measurements, E2E needs the fit.
 STAGES = ("microbench", "accuracy", "e2e")
+#: Rounds the microbenchmark items of each op are dealt into (see :func:`interleave_sweep`).
+SWEEP_ROUNDS = 8
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -160,6 +163,42 @@ def _stage(item: pytest.Item) -> int:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_stage)  # stable: keeps the order within a stage
+    items[:] = interleave_sweep(items)
+
+
+def interleave_sweep(items: list, rounds: int = SWEEP_ROUNDS) -> list:
+    """``items`` with their microbenchmark items dealt out over the sweep.
+
+    On a shared VM the host slows down for a minute at a time (measured: the
+    GEMM block of one quick sweep ran 1.76x slower than the previous sweep's,
+    and the fit over-predicted every GEMM-bound workload by half). Run one op
+    after another and such a stretch biases every config of the ops it meets.
+    So the microbench items of each op are dealt into ``rounds`` rounds
+    (round r takes every ``rounds``-th config from the r-th on), and each round
+    visits every op in the order first seen: a slow stretch then lands on a few
+    configs of every op, which the fits treat as noise. Collectives stay in one
+    block at the start, in their own order: every rank runs them in step, and
+    between them the ranks of a sharded sweep would wait on each other. The
+    order is deterministic, so every rank and xdist worker collects the same
+    list; items of the other stages keep their places."""
+    bench = [i for i, item in enumerate(items) if item.get_closest_marker("microbench")]
+    if not bench:
+        return list(items)
+    by_op: dict[str, list] = {}  # an item without op_case is grouped by its file
+    collective = []
+    for i in bench:
+        item = items[i]
+        case = getattr(getattr(item, "callspec", None), "params", {}).get("op_case")
+        if is_collective(item):
+            collective.append(item)
+        else:
+            by_op.setdefault(case.op if case is not None else str(item.path), []).append(item)
+    dealt = collective + [item for r in range(rounds) for group in by_op.values()
+                          for item in group[r::rounds]]
+    out = list(items)
+    for i, item in zip(bench, dealt):
+        out[i] = item
+    return out
 
 
 @pytest.hookimpl(trylast=True)

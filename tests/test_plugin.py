@@ -401,3 +401,35 @@ def test_summary_quiet_prints_only_failures(pytester, planted_results):
         "FAIL mlp_small: E2E error +8.00% outside baseline +4.00% ± 3.0×spread 1.00% "
         "(allowed |error| ≤ 7.00%)",
         "FAIL perfmodel gate: 1 of 1 workload(s) failed (mlp_small)"]
+
+
+SUITE_OF = """
+import pytest
+from pytest_perfmodel.suite import test_accuracy, test_microbench  # noqa: F401
+
+pytestmark = pytest.mark.perfmodel_ops({ops})
+"""
+
+
+def test_sweep_deals_each_ops_configs_over_rounds_with_collectives_first(pytester,
+                                                                         planted_results):
+    """Microbench items run collectives first, then in 8 rounds: round r takes every
+    8th config of each op from the r-th on, ops in the order first seen; the accuracy
+    items follow in file order."""
+    from perfmodel.ops import get_op
+    from pytest_perfmodel.plugin import SWEEP_ROUNDS
+
+    results, _ = planted_results
+    pytester.makepyfile(test_a=SUITE_OF.format(ops='"relu", "add"'),
+                        test_b=SUITE_OF.format(ops='"all_reduce"'))
+    out = run(pytester, results, "--collect-only", "-q", "--perfmodel-profile", "quick")
+    ids = [line.split("::", 1)[1] for line in out.stdout.lines if "::" in line]
+    cases = {op: [f"test_microbench[{c.id}]" for c in get_op(op).cases("quick")]
+             for op in ("relu", "add", "all_reduce")}
+    assert len(cases["relu"]) > SWEEP_ROUNDS and len(cases["add"]) > SWEEP_ROUNDS
+    dealt = [case for r in range(SWEEP_ROUNDS) for op in ("relu", "add")
+             for case in cases[op][r::SWEEP_ROUNDS]]
+    bench = len(cases["all_reduce"]) + len(dealt)
+    assert ids[:bench] == cases["all_reduce"] + dealt
+    assert all(i.startswith("test_accuracy[") for i in ids[bench:])
+    assert ids[bench:bench + 2] == ["test_accuracy[relu.forward]", "test_accuracy[relu.backward]"]
