@@ -234,8 +234,10 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         return
     from pytest_perfmodel.summary import summary_lines
 
-    quiet = config.get_verbosity() < 0
+    lines = summary_lines(pm, quiet=config.get_verbosity() < 0)
+    if not lines:  # -q and nothing failed or warned
+        return
     terminalreporter.section("perfmodel")
-    for line in summary_lines(pm, quiet=quiet):
+    for line in lines:
         terminalreporter.write_line(line, red=line.startswith("FAIL"),
                                     yellow=line.startswith(("WARNING", "WARN")))

@@ -403,6 +403,19 @@ def test_summary_quiet_prints_only_failures(pytester, planted_results):
         "FAIL perfmodel gate: 1 of 1 workload(s) failed (mlp_small)"]
 
 
+def test_summary_quiet_has_no_perfmodel_section_when_all_passed(pytester, planted_results):
+    from perfmodel.env import environment
+    from perfmodel.gate import save_baseline
+
+    results, key = planted_results
+    save_baseline(results / key / "baseline-smoke.json", key, {"mlp_small": BASE},
+                  environment(key, None))  # same software: no warning either
+    pytester.makepyfile(GATE_SUITE.format(predicted=0.104))  # error +4%, the baseline's mean
+    out = run(pytester, results, "-m", "e2e", "-q")
+    assert out.ret == 0, out.stdout.str()
+    assert not [line for line in out.stdout.lines if "= perfmodel =" in line]
+
+
 SUITE_OF = """
 import pytest
 from pytest_perfmodel.suite import test_accuracy, test_microbench  # noqa: F401
