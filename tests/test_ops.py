@@ -89,3 +89,22 @@ def test_gemm_quick_configs_mix_aligned_and_ragged_dims(name):
     aligned = [c for c in configs if all(c[p] % 8 == 0 for p in op.ranges)]
     assert 0.25 * len(configs) <= len(aligned) <= 0.75 * len(configs)
     assert any(any(c[p] % 2 for p in op.ranges) for c in configs)
+
+
+@pytest.mark.parametrize("name", ["addmm", "linear"])
+def test_gemm_quick_configs_include_the_power_of_two_grid(name):
+    """Networks use power-of-two widths: the quick sweep holds every 64/256/1024 grid
+    point under its FLOP cap (all but 1024³), each once."""
+    from perfmodel.ops.gemm import _QUICK_GRID
+
+    op = get_op(name)
+    configs = op.configs("quick")
+    dims = [tuple(c[p] for p in op.ranges) for c in configs]
+    assert len(set(dims)) == len(dims)
+    grid = {d for d in dims if set(d) <= set(_QUICK_GRID)}
+    assert len(grid) == len(_QUICK_GRID) ** 3 - 1 and (1024, 1024, 1024) not in grid
+    assert all(op.flops(c, "forward") <= 2e9 for c in configs)
+
+
+def test_bmm_quick_configs_are_the_random_draw_only():
+    assert len(get_op("bmm").configs("quick")) == 40
