@@ -252,7 +252,8 @@ def run_multirank(workload: str, world_size: int, results_root: Path, device_key
         except subprocess.TimeoutExpired:
             stdout, stderr = _end_session(proc)
             raise MultirankError(f"{cfg.name}@{world_size}: ranks still running after "
-                                 f"{timeout_s:g} s; stopped\n{_tail(stdout, stderr)}") from None
+                                 f"{timeout_s:g} s; stopped; their stacks:\n"
+                                 f"{_tail(stdout, stderr, limit=16000)}") from None
         if proc.returncode != 0 or not out.is_file():
             raise MultirankError(f"{cfg.name}@{world_size}: mpiexec exited with "
                                  f"{proc.returncode}\n{_tail(stdout, stderr)}")
@@ -283,10 +284,10 @@ def _end_session(proc: subprocess.Popen) -> tuple[str, str]:
     return proc.communicate()
 
 
-def _tail(*streams) -> str:
-    """The last 4000 characters of the ranks' output, without profiler chatter."""
+def _tail(*streams, limit: int = 4000) -> str:
+    """The last ``limit`` characters of the ranks' output, without profiler chatter."""
     text = "\n".join(s.decode() if isinstance(s, bytes) else s or "" for s in streams)
-    return "\n".join(line for line in text.splitlines() if "USDT:" not in line)[-4000:]
+    return "\n".join(line for line in text.splitlines() if "USDT:" not in line)[-limit:]
 
 
 def result_from_record(data: dict) -> E2EResult:
@@ -303,6 +304,16 @@ def result_from_record(data: dict) -> E2EResult:
 
 # -- the ranks ------------------------------------------------------------------------------
 
+def dump_stacks_on_sigterm() -> None:
+    """On SIGTERM (what :func:`run_multirank` sends on its timeout), write every
+    thread's Python stack to stderr before dying, so that the timeout's message
+    shows where each rank was stuck."""
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
+
+
 def rank_main(argv: list[str] | None = None) -> int:
     """One rank of :func:`run_multirank` (``python -m perfmodel.multirank``)."""
     import torch
@@ -314,6 +325,7 @@ def rank_main(argv: list[str] | None = None) -> int:
     from perfmodel.workloads import get_multirank_workload
 
     args = _parser().parse_args(argv)
+    dump_stacks_on_sigterm()
     world = init_distributed("cpu")
     torch.set_num_threads(threads_per_rank(args.cores, world.local_size))
     keep_freed_memory()

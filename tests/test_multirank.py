@@ -90,6 +90,24 @@ def test_a_run_past_its_timeout_is_stopped(planted_fit):
                       timeout_s=0.5)
 
 
+def test_a_terminated_rank_writes_its_stack_first():
+    """What a rank leaves in the timeout's message: each thread's Python stack."""
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import time\nfrom perfmodel.multirank import dump_stacks_on_sigterm\n"
+            "dump_stacks_on_sigterm()\nprint('ready', flush=True)\n"
+            "def stuck_in_a_collective():\n    time.sleep(60)\nstuck_in_a_collective()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGTERM
+    assert "thread" in stderr and "in stuck_in_a_collective" in stderr
+
+
 def test_unknown_workload_is_refused_before_starting_ranks(tmp_path):
     with pytest.raises(ValueError, match="unknown multi-rank workload 'nope'"):
         run_multirank("nope", 2, tmp_path, "k", BANDWIDTH)
