@@ -340,10 +340,12 @@ def shutdown_distributed() -> None:
 @dataclass(frozen=True)
 class CollectiveResult:
     """One replicate of a collective, at rank 0: the measurement (its samples are
-    per-sample maxima over ranks, seconds) and each rank's own median (s)."""
+    per-sample maxima over ranks, seconds), each rank's own median (s) and each
+    rank's process CPU seconds per call over the sampled blocks."""
 
     measurement: Any  # perfmodel.timing.Measurement
     rank_median_s: tuple[float, ...]
+    rank_cpu_s: tuple[float, ...] = ()
 
 
 def measure_collective(case, world: World, settings, replicates: int = 2
@@ -360,15 +362,16 @@ def measure_collective(case, world: World, settings, replicates: int = 2
     runner = get_op(case.op).make_runner(case.params, case.dtype, case.direction, world.device)
     sync = torch.cuda.synchronize if world.device.startswith("cuda") else (lambda: None)
 
-    def time_block(number: int) -> float:
+    def time_block(number: int) -> tuple[float, float]:
+        """Wall and process CPU seconds of ``number`` calls."""
         sync()
         dist.barrier()  # the collectives' own transport: blocks without spinning
         sync()
-        start = time.perf_counter_ns()
+        start, cpu = time.perf_counter_ns(), time.process_time_ns()
         for _ in range(number):
             runner()
         sync()
-        return (time.perf_counter_ns() - start) / 1e9
+        return (time.perf_counter_ns() - start) / 1e9, (time.process_time_ns() - cpu) / 1e9
 
     try:
         results = [_replicate(world, time_block, settings) for _ in range(replicates)]
@@ -383,15 +386,16 @@ def _replicate(world: World, time_block, settings) -> CollectiveResult | None:
 
     from perfmodel.timing import block_size
 
-    warm = [time_block(1) for _ in range(WARMUP_CALLS)]
+    warm = [time_block(1)[0] for _ in range(WARMUP_CALLS)]
     slowest = _max_over_ranks(world, [min(warm[1:])])
     number = world.comm.bcast(slowest and block_size(slowest[0], MIN_BLOCK_S), root=0)
     result = _sample(world, time_block, number, settings)
     if result is None:
         return None
-    samples, per_rank, reason = result
+    samples, per_rank, cpu_per_rank, reason = result
     return CollectiveResult(_measurement(samples, number, reason, torch.get_num_threads()),
-                            tuple(float(sorted(s)[len(s) // 2]) for s in per_rank))
+                            tuple(float(sorted(s)[len(s) // 2]) for s in per_rank),
+                            tuple(float(c) for c in cpu_per_rank))
 
 
 def _max_over_ranks(world: World, values: list[float]) -> list[float] | None:
@@ -402,15 +406,17 @@ def _max_over_ranks(world: World, values: list[float]) -> list[float] | None:
 
 def _sample(world: World, time_block, number: int, settings):
     """Sample in chunks until rank 0 calls a stop; (maxima, per-rank samples,
-    stop reason) at rank 0, None elsewhere."""
+    per-rank CPU seconds per call, stop reason) at rank 0, None elsewhere."""
     from perfmodel.timing import ci_is_tight
 
     maxima: list[float] = []
     per_rank: list[list[float]] | None = None
     start = time.perf_counter()
-    chunk, taken = settings.min_samples, 0
+    chunk, taken, cpu_s = settings.min_samples, 0, 0.0
     while True:
-        local = [time_block(number) / number for _ in range(chunk)]
+        blocks = [time_block(number) for _ in range(chunk)]
+        local = [wall / number for wall, _ in blocks]
+        cpu_s += sum(cpu for _, cpu in blocks)
         taken += chunk
         gathered = world.comm.gather(local, root=0)
         reason = None
@@ -425,7 +431,8 @@ def _sample(world: World, time_block, number: int, settings):
                 reason = "budget"
         reason = world.comm.bcast(reason, root=0)
         if reason is not None:
-            return (maxima, per_rank, reason) if world.rank == 0 else None
+            cpu_per_rank = world.comm.gather(cpu_s / (taken * number), root=0)
+            return (maxima, per_rank, cpu_per_rank, reason) if world.rank == 0 else None
         chunk = max(1, min(MAX_SAMPLES - taken, math.ceil(taken / 8)))  # same on every rank
 
 
@@ -439,8 +446,10 @@ def _measurement(samples: list[float], number: int, reason: str, threads: int):
 
 def collective_record(case, result: CollectiveResult, replicate: int, env: dict) -> dict:
     """The store record of one replicate: a ``measurement`` record plus
-    ``latency_p95_s`` (s), ``algbw_Bps`` and ``busbw_Bps`` (B/s, from the median)
-    and ``rank_median_s`` (each rank's own median, s)."""
+    ``latency_p95_s`` (s), ``algbw_Bps`` and ``busbw_Bps`` (B/s, from the median),
+    ``rank_median_s`` (each rank's own median, s) and ``rank_cpu_s`` (each rank's
+    process CPU seconds per call: what :data:`perfmodel.ops.collective.HOST_CPU`
+    predictors are fitted on)."""
     import numpy as np
 
     from perfmodel.bench import measurement_record
@@ -451,5 +460,6 @@ def collective_record(case, result: CollectiveResult, replicate: int, env: dict)
     algbw = op.algo_bytes(case.params) / m.median_s
     record.update(latency_p95_s=float(np.percentile(m.samples_s, 95)), algbw_Bps=algbw,
                   busbw_Bps=algbw * op.bus_factor(case.params["world_size"]),
-                  rank_median_s=list(result.rank_median_s))
+                  rank_median_s=list(result.rank_median_s),
+                  rank_cpu_s=list(result.rank_cpu_s))
     return record

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from perfmodel.device import DeviceSpec
 from perfmodel.metrics import gmae, mape, max_abs_rel_error, noise_floor
 from perfmodel.ops import OpDef, get_op
 from perfmodel.ops.base import DTYPE_BYTES
+from perfmodel.ops.collective import HOST_CPU
 from perfmodel.comm_model import CommRegressor, comm_features
 from perfmodel.predictors import (EfficiencyRegressor, EmbeddingLookupRegressor,
                                   RooflineRegressor, ShapeRegressor, load_predictor,
@@ -202,7 +204,9 @@ class FitReport:
 
 
 def samples_from_records(records: Iterable[dict]) -> dict[tuple[str, str], list[Sample]]:
-    """Group measurement records by (op, direction)."""
+    """Group measurement records by (op, direction). A collective's record with
+    ``rank_cpu_s`` (process CPU seconds per call of each rank) also gives a
+    sample of ``(op, HOST_CPU)``: the mean over ranks."""
     from perfmodel.ops import OPS
 
     grouped: dict[tuple[str, str], list[Sample]] = {}
@@ -211,10 +215,21 @@ def samples_from_records(records: Iterable[dict]) -> dict[tuple[str, str], list[
             continue
         config = OPS[r["op"]].complete_config(r["config"]) if r["op"] in OPS else r["config"]
         params = tuple(sorted((k, int(v)) for k, v in config.items()))
+        run_id, replicate = str(r.get("run_id")), int(r["replicate"])
         grouped.setdefault((r["op"], r["direction"]), []).append(
-            Sample(r["dtype"], params, float(r["measurement"]["median_s"]),
-                   str(r.get("run_id")), int(r["replicate"])))
+            Sample(r["dtype"], params, float(r["measurement"]["median_s"]), run_id, replicate))
+        cpu = r.get("rank_cpu_s")
+        if r["op"] in OPS and OPS[r["op"]].family == "collective" and _cpu_seconds(cpu):
+            grouped.setdefault((r["op"], HOST_CPU), []).append(
+                Sample(r["dtype"], params, float(np.mean(cpu)), run_id, replicate))
     return grouped
+
+
+def _cpu_seconds(value) -> bool:
+    """Whether ``value`` is a non-empty list of finite CPU times >= 0 (s)."""
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+        for v in value)
 
 
 def newest_per_config(samples: Iterable[Sample]) -> list[Sample]:

@@ -161,7 +161,10 @@ def match_collective(node: TraceNode, world_size: int | None) -> tuple[OpDef, di
 
 
 def tensor_bytes(node: TraceNode) -> float:
-    """Bytes of the distinct tensors among the node's inputs and outputs (B)."""
+    """Bytes of the distinct tensors among the node's inputs and outputs (B);
+    0 for a view (:attr:`TraceNode.is_view`), which moves none of them."""
+    if node.is_view:
+        return 0.0
     sizes: dict[int, float] = {}
     for _, storage, _, numel, elem_size, _ in node.tensors("inputs") + node.tensors("outputs"):
         sizes[storage] = max(sizes.get(storage, 0.0), float(numel * elem_size))

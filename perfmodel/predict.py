@@ -79,15 +79,15 @@ def parse_bias(spec: str) -> dict[str, float]:
 
 def sim_tasks(graph: Graph, fit, table: OverheadTable, on_device: bool,
               bias: dict[str, float] | None = None,
-              comm: Callable[[str, dict[str, int]], float] | None = None
+              comm: Callable[[str, dict[str, int]], tuple[float, float | None]] | None = None
               ) -> tuple[list[SimTask], dict[str, int]]:
     """The :class:`SimTask` list of ``graph``: op tasks priced by ``fit``, the rest
     by ``table``. ``on_device``: the ops run as kernels on a CUDA device.
     ``bias`` (see :func:`parse_bias`) scales predictions: a planted error, to
-    check that the gate catches it. ``comm(op, params)`` prices a collective
-    (s) on the communication stream; its issue costs the host the table's line
-    for its name at 0 bytes. Without ``comm`` a collective is priced as an
-    unmodelled node."""
+    check that the gate catches it. ``comm(op, params)`` prices a collective:
+    (seconds on the communication stream, host CPU seconds or None for all of
+    them); its issue costs the host the table's line for its name at 0 bytes.
+    Without ``comm`` a collective is priced as an unmodelled node."""
     bias = bias or {}
     predicted, missing = op_predictions(graph.tasks, fit)
     host_factor = bias.get("overhead", 1.0)
@@ -101,11 +101,12 @@ def sim_tasks(graph: Graph, fit, table: OverheadTable, on_device: bool,
         elif task.kind == "covered":
             continue
         elif task.kind == "collective" and comm is not None:
+            wall_s, cpu_s = comm(task.op, task.params)
             out.append(SimTask(task.op, "communication",
                                host_factor * table.leaf_cost(task.name, 0.0),
-                               kernels=[(COMM_STREAM, comm(task.op, task.params))],
+                               kernels=[(COMM_STREAM, wall_s)],
                                inputs=task.inputs, outputs=task.outputs, sync=task.sync,
-                               region=task.region, collective=True))
+                               region=task.region, collective=True, cpu_s=cpu_s))
         elif task.kind == "op" and value is not None:
             if on_device and task.kernels:
                 out.append(_device_task(task, value, table))

@@ -25,6 +25,7 @@ file can execute code.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -83,6 +84,8 @@ class TraceNode:
     ts_s: float | None = None
     dur_s: float | None = None
     children: list[TraceNode] = field(default_factory=list, repr=False)
+    #: The ATen schema the trace records for an operator node ("" for others).
+    op_schema: str = ""
     kernels: list[Kernel] = field(default_factory=list, repr=False)
 
     @property
@@ -96,6 +99,15 @@ class TraceNode:
     @property
     def input_values(self) -> list:
         return self.inputs.get("values", [])
+
+    @property
+    def is_view(self) -> bool:
+        """Whether the node is an ATen view: its schema returns only aliases of
+        its inputs, none written (``-> Tensor(a)``, not ``-> Tensor(a!)``), so it
+        moves no data."""
+        returns = self.op_schema.rpartition("->")[2]
+        tensors = re.findall(r"Tensor(\([^)]*\))?", returns)
+        return bool(tensors) and all(t and "!" not in t for t in tensors)
 
     @property
     def end_s(self) -> float | None:
@@ -453,8 +465,10 @@ def _parse_node(path: Path, index: int, raw: Any) -> TraceNode:
     for key, value in (("seq_id", seq_id), ("tid", tid)):
         if not isinstance(value, int) or isinstance(value, bool):
             raise TraceError(f"{where}: attr {key!r} is not an integer: {value!r}")
+    schema = attrs.get("op_schema")
     return TraceNode(raw["id"], raw["name"], raw["ctrl_deps"], sides["inputs"],
-                     sides["outputs"], seq_id, rf_id if isinstance(rf_id, int) else None, tid)
+                     sides["outputs"], seq_id, rf_id if isinstance(rf_id, int) else None, tid,
+                     op_schema=schema if isinstance(schema, str) else "")
 
 
 def _check_acyclic(path: Path, nodes: dict[int, TraceNode], roots: list[TraceNode]) -> None:

@@ -120,7 +120,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             metafunc.parametrize("op_case", cases, ids=[c.id for c in cases])
         if "op_target" in metafunc.fixturenames:
             targets = [(name, d) for name in _marker_names(metafunc, "perfmodel_ops")
-                       for d in get_op(name).directions]
+                       for d in get_op(name).predicted]
             metafunc.parametrize("op_target", targets, ids=[f"{o}.{d}" for o, d in targets])
         if "workload" in metafunc.fixturenames:
             from perfmodel.workloads import get_workload

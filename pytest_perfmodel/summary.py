@@ -12,7 +12,7 @@ from pytest_perfmodel.session import PerfmodelSession
 WIDTH = 100
 
 
-_SHORT = {"forward": "fwd", "backward": "bwd"}
+_SHORT = {"forward": "fwd", "backward": "bwd", "host_cpu": "cpu"}
 
 
 #: The gate's verdict statuses as the E2E table shows them.

@@ -146,12 +146,14 @@ def test_a_world_of_one_measures_a_collective_and_records_bandwidths():
                if c.params == {"world_size": 1, "bytes": 4096}]
     results = measure_collective(case, world, TimerSettings(budget_s=0.01), replicates=2)
     assert len(results) == 2 and all(len(r.rank_median_s) == 1 for r in results)
+    assert all(len(r.rank_cpu_s) == 1 and r.rank_cpu_s[0] >= 0 for r in results)
     record = collective_record(case, results[0], 0, {})
     m = results[0].measurement
     assert record["kind"] == "measurement" and record["config"] == case.params
     assert record["latency_p95_s"] >= m.median_s
     assert record["algbw_Bps"] == pytest.approx(4096 / m.median_s)
     assert record["busbw_Bps"] == 0.0  # a world of one moves nothing over a bus
+    assert record["rank_cpu_s"] == list(results[0].rank_cpu_s)
     assert math.isfinite(record["algbw_Bps"])
 
 

@@ -7,8 +7,7 @@ import json
 import pytest
 
 from perfmodel.distributed import mpiexec_path
-from perfmodel.multirank import (MultirankError, comm_host_share, measure_ranks,
-                                 oversubscription, run_multirank)
+from perfmodel.multirank import MultirankError, comm_host_share, measure_ranks, run_multirank
 
 def _mpi_missing() -> str | None:
     """Why the mpiexec tests cannot run here, or None."""
@@ -131,11 +130,6 @@ def test_collectives_take_host_time_when_no_core_is_left_for_gloo():
     assert comm_host_share(2, 1, 3) == 0.5
 
 
-def test_oversubscription_counts_busy_threads_per_core():
-    assert oversubscription(2, 1, 2) == 1.0 and oversubscription(1, 2, 2) == 1.0
-    assert oversubscription(4, 1, 2) == 2.0 and oversubscription(8, 2, 4) == 4.0
-
-
 def _gloo_trace(tmp_path, with_worker_scope=True):
     """A synthetic 4-rank DDP trace (as captured on rank 3): the observer nested
     ops under the wrong parents while gloo's worker scope was open. Returns the
@@ -246,3 +240,39 @@ def test_a_stale_fit_at_the_ranks_thread_count_is_one_clear_error(planted_result
     with pytest.raises(MultirankError, match=r"^predictors fitted before their ops changed "
                                              r"\(linear.forward\) for 1 thread"):
         require_fit(store, 1)
+
+
+def _collective_record(nbytes, seconds, cpu, replicate=0):
+    return {"kind": "measurement", "op": "all_reduce", "direction": "forward",
+            "dtype": "float32", "config": {"world_size": 4, "bytes": nbytes},
+            "measurement": {"median_s": seconds}, "run_id": "r1", "replicate": replicate,
+            "rank_cpu_s": cpu}
+
+
+def test_collective_cpu_time_is_fitted_and_priced_beside_its_time():
+    """A collective record's ``rank_cpu_s`` (mean over ranks) trains the
+    ``host_cpu`` predictor; the pricer returns (time, CPU time <= time), and
+    (time, None) from a fit without it. Malformed CPU lists are skipped."""
+    from perfmodel.fitting import FitReport, fit_op, samples_from_records
+    from perfmodel.multirank import comm_pricer
+    from perfmodel.ops.collective import HOST_CPU
+    from tests.test_fitting import SPEC
+
+    sizes = [2 ** k for k in range(4, 24, 2)]
+    records = [_collective_record(s, 1e-4 + s / 1e9, [0.3 * (1e-4 + s / 1e9), 0.5 * (
+        1e-4 + s / 1e9)], r) for s in sizes for r in (0, 1)]
+    records += [_collective_record(64, 1e-4, bad) for bad in ([], [-1.0], ["x"], None, [True])]
+    grouped = samples_from_records(records)
+    cpu = grouped[("all_reduce", HOST_CPU)]
+    assert len(cpu) == 2 * len(sizes) and len(grouped[("all_reduce", "forward")]) == \
+        2 * len(sizes) + 5
+    assert cpu[0].seconds == pytest.approx(0.4 * (1e-4 + 16 / 1e9))
+    report = FitReport(threads=1)
+    for key in (("all_reduce", "forward"), ("all_reduce", HOST_CPU)):
+        report.predictors[key], report.accuracy[key] = fit_op(*key, grouped[key], SPEC,
+                                                              kinds=["comm_interp"])
+    wall, cpu_s = comm_pricer(report)("all_reduce", {"world_size": 4, "bytes": 2 ** 20})
+    assert wall == pytest.approx(1e-4 + 2 ** 20 / 1e9, rel=0.05)
+    assert cpu_s == pytest.approx(0.4 * wall, rel=0.05)
+    del report.predictors[("all_reduce", HOST_CPU)]
+    assert comm_pricer(report)("all_reduce", {"world_size": 4, "bytes": 2 ** 20})[1] is None

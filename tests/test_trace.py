@@ -112,3 +112,27 @@ def test_arbitrary_json_is_rejected_cleanly_or_parsed(tmp_path_factory, payload)
         load_trace(path)
     except TraceError as exc:
         assert str(path) in str(exc)
+
+
+@pytest.mark.parametrize("schema, view", [
+    ("aten::as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride) -> Tensor(a)", True),
+    ("aten::split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]", True),
+    ("aten::add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)", False),
+    ("aten::mm(Tensor self, Tensor mat2) -> Tensor", False),
+    ("aten::max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)",
+     False),
+    (None, False),
+])
+def test_views_are_told_by_their_schema_and_move_no_bytes(tmp_path, schema, view):
+    """DDP's bucket views (``as_strided`` of a 5 MB bucket) were priced as 5 MB
+    copies when unmodelled; a view's schema returns only unwritten aliases."""
+    from perfmodel.graph import tensor_bytes
+
+    tensor = {"types": ["Tensor(float)"], "shapes": [[1000]],
+              "values": [[10, 1, 0, 1000, 4, "cpu"]]}
+    attrs = [{"name": "op_schema", "type": "string", "value": schema}] if schema else []
+    node = {**_node(4, "aten::op", 3), "inputs": tensor, "outputs": tensor, "attrs": attrs}
+    trace = load_trace(_write(tmp_path, _et([*ROOTS, node])))
+    parsed = trace.nodes[4]
+    assert parsed.op_schema == (schema or "") and parsed.is_view is view
+    assert tensor_bytes(parsed) == (0.0 if view else 4000.0)

@@ -63,6 +63,12 @@ class OpDef:
     directions: tuple[str, ...] = ("forward",)
     dtypes: tuple[str, ...] = ("float32",)
     trace_names: tuple[str, ...] = ()
+
+    @property
+    def predicted(self) -> tuple[str, ...]:
+        """The directions a fit predicts and ``pytest -m accuracy`` scores: the
+        training directions, and what a family fits beside them."""
+        return self.directions
     #: Names of :meth:`extra_features`, appended to the shape features.
     extra_feature_names: tuple[str, ...] = ()
     #: Params along which FLOPs and bytes never shrink (all of them unless a

@@ -22,6 +22,11 @@ SIZE_EXPONENTS = {"smoke": (6, 12, 16, 20), "quick": tuple(range(3, 26, 2)) + (2
                   "full": tuple(range(3, 29))}
 #: c10d's wrapper node that records a collective's parameters (NCCL traces).
 RECORD_PARAM_COMMS = "record_param_comms"
+#: The direction under which a collective's host CPU time per call is fitted:
+#: each rank's process CPU seconds (its own thread and the backend's workers)
+#: over the timed calls, mean over ranks (``rank_cpu_s`` of the microbench
+#: record). Not a training direction: no microbench item runs it.
+HOST_CPU = "host_cpu"
 
 
 class Collective(OpDef):
@@ -43,6 +48,11 @@ class Collective(OpDef):
     _divisible = False
     #: Whether a reduction runs (one add per reduced element and step).
     _reduces = False
+
+    @property
+    def predicted(self) -> tuple[str, ...]:
+        """Its time, and its host CPU time (:data:`HOST_CPU`)."""
+        return (*self.directions, HOST_CPU)
 
     # -- facts ---------------------------------------------------------------------
     def bus_factor(self, world_size: int) -> float:
