@@ -119,7 +119,7 @@ def _gmae_thresholds(path: Path, thresholds: object) -> dict[str, float]:
     parsed = {}
     for name, value in thresholds.items():
         op, _, direction = name.partition(".")
-        if op not in OPS or direction not in OPS[op].directions:
+        if op not in OPS or direction not in OPS[op].predicted:
             raise SettingsError(
                 f"{path}: [tool.perfmodel.gmae_thresholds] {name!r} is not a known "
                 f"'<op>.<direction>'; known ops: {', '.join(sorted(OPS))}")

@@ -31,6 +31,12 @@ def test_per_op_threshold(tmp_path):
     assert s.gmae_threshold("linear", "backward", "smoke") == s.smoke_gmae_threshold
 
 
+def test_a_collective_has_a_threshold_for_its_host_cpu_time(tmp_path):
+    s = load_settings(write(tmp_path, '[tool.perfmodel.gmae_thresholds]\n'
+                                      '"all_reduce.host_cpu" = 0.3\n'))
+    assert s.gmae_threshold("all_reduce", "host_cpu") == 0.3
+
+
 def test_gate_settings_become_the_policy(tmp_path):
     s = load_settings(write(tmp_path, '[tool.perfmodel]\ne2e_spread_k = 2\n'
                                       'e2e_min_margin = 0.02\nbaseline_runs = 8\n'
@@ -49,6 +55,7 @@ def test_zero_min_margin_is_allowed(tmp_path):
 @pytest.mark.parametrize("text, expected", [
     ('[tool.perfmodel.gmae_thresholds]\n"nosuchop.forward" = 0.1\n', "nosuchop.forward"),
     ('[tool.perfmodel.gmae_thresholds]\n"addmm.backward" = 0.1\n', "addmm.backward"),
+    ('[tool.perfmodel.gmae_thresholds]\n"addmm.host_cpu" = 0.1\n', "addmm.host_cpu"),
     ('[tool.perfmodel]\ndefault_gmae_threshold = "high"\n', "default_gmae_threshold = 'high'"),
     ('[tool.perfmodel]\ne2e_tolerance = 0.35\n', "e2e_tolerance = 0.35 is no longer supported"),
     ('[tool.perfmodel]\ne2e_spread_k = 0\n', "e2e_spread_k = 0 "),
