@@ -13,7 +13,6 @@ import pytest
 from perfmodel.bench import BUDGET_S
 from perfmodel.ops import PROFILES, cases_for, get_op
 from perfmodel.settings import SettingsError, load_settings
-from pytest_perfmodel.distributed import is_collective
 from pytest_perfmodel.session import Options, PerfmodelSession, default_threads
 
 SESSION_KEY = pytest.StashKey[PerfmodelSession]()
@@ -181,6 +180,10 @@ def interleave_sweep(items: list, rounds: int = SWEEP_ROUNDS) -> list:
     between them the ranks of a sharded sweep would wait on each other. The
     order is deterministic, so every rank and xdist worker collects the same
     list; items of the other stages keep their places."""
+    # imported here: pytest_plugins below imports the module first, so that
+    # pytest can rewrite its asserts (an import at the top made it warn)
+    from pytest_perfmodel.distributed import is_collective
+
     bench = [i for i, item in enumerate(items) if item.get_closest_marker("microbench")]
     if not bench:
         return list(items)

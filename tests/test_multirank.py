@@ -96,8 +96,9 @@ def test_a_terminated_rank_writes_its_stack_first():
     import sys
 
     code = ("import time\nfrom perfmodel.multirank import dump_stacks_on_sigterm\n"
-            "dump_stacks_on_sigterm()\nprint('ready', flush=True)\n"
-            "def stuck_in_a_collective():\n    time.sleep(60)\nstuck_in_a_collective()\n")
+            "dump_stacks_on_sigterm()\n"
+            "def stuck_in_a_collective():\n    print('ready', flush=True)\n    time.sleep(60)\n"
+            "stuck_in_a_collective()\n")  # 'ready' from inside: the signal finds it there
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline() == "ready\n"
@@ -251,7 +252,7 @@ def _collective_record(nbytes, seconds, cpu, replicate=0):
 
 def test_collective_cpu_time_is_fitted_and_priced_beside_its_time():
     """A collective record's ``rank_cpu_s`` (mean over ranks) trains the
-    ``host_cpu`` predictor; the pricer returns (time, CPU time <= time), and
+    ``host_cpu`` predictor; the pricer returns (time, CPU time), and
     (time, None) from a fit without it. Malformed CPU lists are skipped."""
     from perfmodel.fitting import FitReport, fit_op, samples_from_records
     from perfmodel.multirank import comm_pricer
