@@ -23,13 +23,12 @@ threads and its fit uses only those records (plus the collectives, measured by
 ranks sharing the host and kept in every fit). :func:`run_multirank` checks
 for it before starting any rank and raises :class:`MultirankError` naming the
 command to run when there is none (:func:`require_fit`). When the ranks'
-threads leave no core free for gloo's worker threads, a collective's time is
-taken from its rank's compute rather than overlapped with it
-(:func:`comm_host_share`: 1 at 2 and 4 ranks on 2 cores). And when they
-outnumber the cores (4 one-thread ranks on 2 cores) each rank gets only a share
-of a core: the prediction is then at least the CPU work of all ranks (host
-time, and each collective's CPU time from the ``host_cpu`` predictor) spread
-over the cores (:func:`perfmodel.simulate.simulate_ranks`).
+threads leave no core free for gloo's worker threads, a collective's CPU time
+(the ``host_cpu`` predictor) is taken from its rank's compute rather than
+overlapped with it (:func:`comm_host_share`: 1 at 2 and 4 ranks on 2 cores).
+And when the ranks' threads outnumber the cores (4 one-thread ranks on 2 cores)
+each rank gets only a share of a core, so its host work and its collectives'
+CPU time are multiplied by :func:`oversubscription` (2 there; 1 at 2 ranks).
 
 Measured time: after warm-up, each of ``repeat`` blocks of ``number``
 iterations starts at a ``torch.distributed`` barrier (gloo's, which blocks
@@ -149,23 +148,35 @@ def comm_pricer(fit) -> Callable[[str, dict[str, int]], tuple[float, float | Non
 
 def predict_ranks(graphs: list[Graph], fit, table: OverheadTable,
                   bias: dict[str, float] | None = None, keep_timeline: bool = True,
-                  comm_share: float = 0.0, cores: int | None = None,
-                  threads_per_rank: int = 1) -> RanksPrediction:
+                  cpu_share: float = 1.0, comm_share: float = 0.0) -> RanksPrediction:
     """Predict one iteration of the ranks whose task graphs are ``graphs``
-    (rank order): the slowest rank's time, or the ranks' CPU work over
-    ``cores`` when that is longer (:func:`perfmodel.simulate.simulate_ranks`).
-    ``comm_share`` of each collective's time is charged to its rank's host
-    (see :func:`comm_host_share`)."""
+    (rank order); the predicted time is the slowest rank's. Host time, and each
+    collective's CPU time, are multiplied by ``cpu_share`` (>= 1, see
+    :func:`oversubscription`); the collectives' times are not: they were
+    measured on ranks sharing the CPU. ``comm_share`` of each collective's CPU
+    time is charged to its rank's host (see :func:`comm_host_share`)."""
     comm = comm_pricer(fit)
     per_rank, missing = [], {}
     for graph in graphs:
         tasks, rank_missing = sim_tasks(graph, fit, table, False, bias, comm)
+        for task in tasks:
+            task.host_s *= cpu_share
+            if task.cpu_s is not None:
+                task.cpu_s *= cpu_share
         per_rank.append(tasks)
         for key, n in rank_missing.items():
             missing[key] = missing.get(key, 0) + n
-    sim = simulate_ranks(per_rank, keep_timeline, comm_share, cores, threads_per_rank)
+    sim = simulate_ranks(per_rank, keep_timeline, comm_share)
     return RanksPrediction(sim.total_s, _mean_over_ranks(r.breakdown_s for r in sim.ranks),
                            _mean_over_ranks(r.regions_s for r in sim.ranks), sim, missing)
+
+
+def oversubscription(world_size: int, threads_per_rank: int, cores: int) -> float:
+    """How much slower host work runs when every rank computes at once (>= 1):
+    ``world_size x threads_per_rank`` busy threads on ``cores`` cores. The fit
+    already runs at ``threads_per_rank`` threads; this is only the time-sharing
+    of cores between ranks (4 one-thread ranks on 2 cores: 2)."""
+    return max(1.0, world_size * threads_per_rank / cores)
 
 
 def comm_host_share(world_size: int, threads_per_rank: int, cores: int) -> float:
@@ -360,13 +371,13 @@ def result_record(label: str, graphs: list[Graph], fit, table: OverheadTable,
     """Rank 0's JSON result: measured and predicted iteration (s), breakdown
     (mean per rank, s), per-rank predictions and medians, what was unmodelled."""
     measured, rank_medians = timing
+    share = oversubscription(len(graphs), threads, cores)
     comm_share = comm_host_share(len(graphs), threads, cores)
-    shared = predict_ranks(graphs, fit, table, bias, comm_share=comm_share, cores=cores,
-                           threads_per_rank=threads)
+    shared = predict_ranks(graphs, fit, table, bias, cpu_share=share, comm_share=comm_share)
     own_table = table_from_samples([samples_from_graph(f"{label}.rank{r}", g, bandwidth_B_per_s)
                                     for r, g in enumerate(graphs)], bandwidth_B_per_s)
-    own = predict_ranks(graphs, fit, own_table, bias, keep_timeline=False, comm_share=comm_share,
-                        cores=cores, threads_per_rank=threads)
+    own = predict_ranks(graphs, fit, own_table, bias, keep_timeline=False, cpu_share=share,
+                        comm_share=comm_share)
     unmodelled: dict[str, list] = {}
     for graph in graphs:
         for name, count, share in graph.unmodelled():
@@ -376,7 +387,7 @@ def result_record(label: str, graphs: list[Graph], fit, table: OverheadTable,
     traced = [g.measured_s for g in graphs if g.measured_s is not None]
     return {
         "workload": label, "world_size": len(graphs), "threads_per_rank": threads,
-        "cores": cores, "comm_host_share": comm_share, "cpu_bound_s": shared.sim.cpu_bound_s,
+        "cores": cores, "cpu_share": share, "comm_host_share": comm_share,
         "measured": {"median_s": measured.median_s, "sd_s": measured.sd_s,
                      "repeat": measured.repeat, "number": measured.number,
                      "items_per_s": measured.items_per_s},

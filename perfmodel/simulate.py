@@ -22,22 +22,14 @@ The predicted iteration is the slowest rank's.
 
 Collectives that need the host's cores. On a GPU a collective runs on the
 device (NCCL kernels) and overlaps host work for free. On a CPU, gloo's worker
-threads copy and reduce the buffers on the same cores the ranks compute on:
-when the ranks' compute threads already fill the cores, every second of
-communication is a second the rank's host does not compute.
-``comm_host_share`` (0 to 1) is the fraction of each collective's time that is
-added to its rank's host clock when it is issued (0: free overlap, 1: the
-collective's whole time is taken from the host); see
-:func:`perfmodel.multirank.comm_host_share` for how it is chosen.
-
-Ranks that outnumber the cores. When the ranks' busy threads outnumber the
-cores (4 one-thread ranks on 2 cores), no rank runs at the speed its tasks were
-priced at, and while one rank waits on a collective the others take its core.
-:func:`simulate_ranks` then also bounds the iteration by the CPU work of all
-ranks spread over the cores: each rank's host time times its threads, plus the
-CPU its collectives burn (``SimTask.cpu_s``: gloo's workers copy, reduce and
-poll for only part of a collective's wall time), divided by ``cores``. The
-prediction is the larger of that bound and the slowest rank's simulated time.
+threads copy and reduce the buffers on the same cores the ranks compute on,
+but only for part of a collective's wall time: the rest is waiting for the
+peers. A collective task's ``cpu_s`` is that CPU part (None: its whole time).
+When the ranks' compute threads already fill the cores, every second of it is
+a second the rank's host does not compute: ``comm_host_share`` (0 to 1) of it
+is added to the host clock when the collective is issued (0: free overlap);
+see :func:`perfmodel.multirank.comm_host_share` for how it is chosen. The host
+waits for the rest of the collective only where it reads its output.
 """
 
 from __future__ import annotations
@@ -84,8 +76,6 @@ class SimResult:
     timeline: list[tuple[str, str, float, float]]
     #: Per collective, in order: when this rank alone could start it (s).
     collective_ready_s: list[float] = field(default_factory=list)
-    #: CPU seconds the collectives' backend threads spend (``SimTask.cpu_s``).
-    comm_cpu_s: float = 0.0
 
 
 def simulate(tasks: list[SimTask], keep_timeline: bool = True,
@@ -93,13 +83,13 @@ def simulate(tasks: list[SimTask], keep_timeline: bool = True,
              ) -> SimResult:
     """Simulate ``tasks`` in order; see the module docstring. The n-th
     collective starts no earlier than ``collective_start_s[n]`` when given (s);
-    ``comm_host_share`` of each collective's time is charged to the host."""
+    ``comm_host_share`` of each collective's CPU time is charged to the host."""
     if not 0.0 <= comm_host_share <= 1.0:
         raise ValueError(f"comm_host_share must be in [0, 1], got {comm_host_share!r}")
     comm_ready: dict[int, float] = {}  # tensor id -> end of the collective that wrote it
     collective_ready: list[float] = []
     cpu = 0.0
-    host_busy = comm_cpu = 0.0
+    host_busy = 0.0
     stream_free: dict[int, float] = {}
     ready: dict[int, float] = {}  # tensor id -> device time its producer kernel ends
     breakdown: dict[str, float] = {}
@@ -133,8 +123,8 @@ def simulate(tasks: list[SimTask], keep_timeline: bool = True,
                     collective_ready.append(begin)
                     if n_coll < len(collective_start_s):
                         begin = max(begin, collective_start_s[n_coll])
-                    cpu += comm_host_share * dur  # gloo's threads take the cores
-                    comm_cpu += dur if task.cpu_s is None else task.cpu_s / n
+                    # gloo's threads take the cores for the collective's CPU time
+                    cpu += comm_host_share * (dur if task.cpu_s is None else task.cpu_s / n)
                 end = begin + dur
                 stream_free[stream] = end
                 intervals.append((begin, end))
@@ -152,30 +142,24 @@ def simulate(tasks: list[SimTask], keep_timeline: bool = True,
     total = max([cpu, *stream_free.values()])
     active = _union_length(intervals)
     return SimResult(total, breakdown, regions, host_busy, active,
-                     total - active if intervals else 0.0, timeline, collective_ready, comm_cpu)
+                     total - active if intervals else 0.0, timeline, collective_ready)
 
 
 @dataclass
 class MultiRankResult:
-    """The simulated ranks of one iteration (s): ``total_s`` is the larger of
-    the slowest rank's time and ``cpu_bound_s`` (0 without ``cores``);
-    ``collective_start_s`` when each collective started on every rank."""
+    """The simulated ranks of one iteration: ``total_s`` is the slowest rank's
+    (s); ``collective_start_s`` when each collective started on every rank (s)."""
 
     total_s: float
     ranks: list[SimResult]
     collective_start_s: list[float]
-    cpu_bound_s: float = 0.0
 
 
 def simulate_ranks(ranks: Sequence[list[SimTask]], keep_timeline: bool = True,
-                   comm_host_share: float = 0.0, cores: int | None = None,
-                   threads_per_rank: int = 1) -> MultiRankResult:
+                   comm_host_share: float = 0.0) -> MultiRankResult:
     """Simulate one task list per rank with the collectives synchronised (see
     the module docstring; ``comm_host_share`` as for :func:`simulate`);
-    ValueError when the ranks issue different numbers of collectives. With
-    ``cores``, the result is also bounded below by the ranks' CPU work
-    (``threads_per_rank`` x host time + collectives' CPU, summed over ranks)
-    over ``cores``.
+    ValueError when the ranks issue different numbers of collectives.
 
     Each rank is simulated on its own with a lower bound on every collective's
     start, and the bounds are raised to the latest rank's start until they stop
@@ -194,11 +178,7 @@ def simulate_ranks(ranks: Sequence[list[SimTask]], keep_timeline: bool = True,
             break
         starts = latest
     results = [simulate(tasks, keep_timeline, starts, comm_host_share) for tasks in ranks]
-    if cores is not None and cores < 1:
-        raise ValueError(f"cores must be >= 1, got {cores!r}")
-    bound = sum(threads_per_rank * r.host_busy_s + r.comm_cpu_s for r in results) / cores \
-        if cores else 0.0
-    return MultiRankResult(max([bound, *(r.total_s for r in results)]), results, starts, bound)
+    return MultiRankResult(max((r.total_s for r in results), default=0.0), results, starts)
 
 
 def _add(table: dict[str, float], key: str, value: float) -> None:

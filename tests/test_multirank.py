@@ -7,7 +7,8 @@ import json
 import pytest
 
 from perfmodel.distributed import mpiexec_path
-from perfmodel.multirank import MultirankError, comm_host_share, measure_ranks, run_multirank
+from perfmodel.multirank import (MultirankError, comm_host_share, measure_ranks,
+                                 oversubscription, run_multirank)
 
 def _mpi_missing() -> str | None:
     """Why the mpiexec tests cannot run here, or None."""
@@ -129,6 +130,11 @@ def test_collectives_take_host_time_when_no_core_is_left_for_gloo():
     assert comm_host_share(2, 1, 2) == 1.0 and comm_host_share(4, 1, 2) == 1.0
     assert comm_host_share(2, 1, 4) == 0.0 and comm_host_share(2, 2, 8) == 0.0
     assert comm_host_share(2, 1, 3) == 0.5
+
+
+def test_oversubscription_counts_busy_threads_per_core():
+    assert oversubscription(2, 1, 2) == 1.0 and oversubscription(1, 2, 2) == 1.0
+    assert oversubscription(4, 1, 2) == 2.0 and oversubscription(8, 2, 4) == 4.0
 
 
 def _gloo_trace(tmp_path, with_worker_scope=True):
