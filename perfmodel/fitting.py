@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,7 +30,7 @@ from perfmodel.comm_model import CommRegressor, comm_features
 from perfmodel.predictors import (EfficiencyRegressor, EmbeddingLookupRegressor,
                                   RooflineRegressor, ShapeRegressor, load_predictor,
                                   save_predictor)
-from perfmodel.plaindata import write_json_atomic
+from perfmodel.plaindata import is_seconds, write_json_atomic
 from perfmodel.store import ResultStore
 
 #: Dtypes with their own compute-rate column in the roofline features.
@@ -219,17 +218,12 @@ def samples_from_records(records: Iterable[dict]) -> dict[tuple[str, str], list[
         grouped.setdefault((r["op"], r["direction"]), []).append(
             Sample(r["dtype"], params, float(r["measurement"]["median_s"]), run_id, replicate))
         cpu = r.get("rank_cpu_s")
-        if r["op"] in OPS and OPS[r["op"]].family == "collective" and _cpu_seconds(cpu):
+        if r["op"] in OPS and OPS[r["op"]].family == "collective" and isinstance(cpu, list) \
+                and cpu and all(is_seconds(v) for v in cpu):
             grouped.setdefault((r["op"], HOST_CPU), []).append(
                 Sample(r["dtype"], params, float(np.mean(cpu)), run_id, replicate))
     return grouped
 
-
-def _cpu_seconds(value) -> bool:
-    """Whether ``value`` is a non-empty list of finite CPU times >= 0 (s)."""
-    return isinstance(value, list) and bool(value) and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-        for v in value)
 
 
 def newest_per_config(samples: Iterable[Sample]) -> list[Sample]:

@@ -32,7 +32,6 @@ per-workload table used to report the "own overheads" error.
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +40,7 @@ from typing import Iterable
 import numpy as np
 
 from perfmodel.graph import Graph
-from perfmodel.plaindata import write_json_atomic
+from perfmodel.plaindata import is_seconds, write_json_atomic
 
 OVERHEADS_SCHEMA = 1
 #: Samples kept per key and workload (evenly thinned beyond that).
@@ -226,22 +225,17 @@ def load_samples(path: Path) -> OverheadSamples:
     if not isinstance(gaps, dict) or not isinstance(leaf, dict):
         raise ValueError(f"{path}: 'gaps' and 'leaf' must be objects")
     for key, values in gaps.items():
-        if not isinstance(values, list) or not all(_is_seconds(v) for v in values):
+        if not isinstance(values, list) or not all(is_seconds(v) for v in values):
             raise ValueError(f"{path}: gaps[{key!r}] must be a list of non-negative seconds")
         out.gaps[key] = [float(v) for v in values]
     for name, pairs in leaf.items():
         if not isinstance(pairs, list) or not all(
-                isinstance(p, list) and len(p) == 2 and all(_is_seconds(v) for v in p)
+                isinstance(p, list) and len(p) == 2 and all(is_seconds(v) for v in p)
                 for p in pairs):
             raise ValueError(f"{path}: leaf[{name!r}] must be a list of [seconds, bytes] pairs "
                              f"of non-negative numbers")
         out.leaf[name] = [(float(p[0]), float(p[1])) for p in pairs]
     return out
-
-
-def _is_seconds(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and math.isfinite(value) and value >= 0
 
 
 def load_all_samples(directory: Path) -> tuple[list[OverheadSamples], list[str]]:

@@ -4,6 +4,7 @@ strict dataclass reconstruction. Only JSON and numeric arrays are ever written."
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from dataclasses import fields
@@ -11,6 +12,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+
+def is_seconds(value: object) -> bool:
+    """Whether ``value`` loaded from a file is a finite number of seconds >= 0
+    (a bool is not)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value) and value >= 0
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:

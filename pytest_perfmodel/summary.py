@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import textwrap
 
+from perfmodel.ops.collective import HOST_CPU
 from pytest_perfmodel.session import PerfmodelSession
 
 #: Columns the block fits in. Longer gate warnings (prose) are wrapped; a FAIL
@@ -12,7 +13,7 @@ from pytest_perfmodel.session import PerfmodelSession
 WIDTH = 100
 
 
-_SHORT = {"forward": "fwd", "backward": "bwd", "host_cpu": "cpu"}
+_SHORT = {"forward": "fwd", "backward": "bwd", HOST_CPU: "cpu"}
 
 
 #: The gate's verdict statuses as the E2E table shows them.

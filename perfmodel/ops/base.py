@@ -63,12 +63,6 @@ class OpDef:
     directions: tuple[str, ...] = ("forward",)
     dtypes: tuple[str, ...] = ("float32",)
     trace_names: tuple[str, ...] = ()
-
-    @property
-    def predicted(self) -> tuple[str, ...]:
-        """The directions a fit predicts and ``pytest -m accuracy`` scores: the
-        training directions, and what a family fits beside them."""
-        return self.directions
     #: Names of :meth:`extra_features`, appended to the shape features.
     extra_feature_names: tuple[str, ...] = ()
     #: Params along which FLOPs and bytes never shrink (all of them unless a
@@ -82,6 +76,12 @@ class OpDef:
     #: Values of params added after measurements were stored: what the stored
     #: records, which lack them, measured (see :meth:`complete_config`).
     param_defaults: dict[str, int] = {}
+
+    @property
+    def predicted(self) -> tuple[str, ...]:
+        """The directions a fit predicts and ``pytest -m accuracy`` scores: the
+        training directions, and what a family fits beside them."""
+        return self.directions
 
     def cpu_flush_bytes(self, llc_bytes: int) -> int:
         """Bytes a CPU timing of this op writes before each sample, on a CPU whose
