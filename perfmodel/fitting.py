@@ -46,8 +46,9 @@ MIN_CONFIGS = 4
 #: Fewest distinct configs for the learned (tree) predictors to be candidates;
 #: below it only the two-parameter-per-resource roofline is fitted.
 MIN_CONFIGS_FOR_ML = 16
-PREDICTOR_KINDS = ("roofline", "shape", "efficiency", "embedding_analytic", "comm_sigmoid",
-                   "comm_interp")
+#: The collectives' kinds: one per :data:`perfmodel.comm_model.CURVES`.
+COMM_KINDS = ("comm_sigmoid", "comm_hockney", "comm_interp")
+PREDICTOR_KINDS = ("roofline", "shape", "efficiency", "embedding_analytic", *COMM_KINDS)
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ def features(kind: str, op: OpDef, direction: str, dtype: str,
             features("shape", op, direction, dtype, params)
     if kind == "embedding_analytic":
         return [float(params[p]) for p in ("B", "E", "T", "L", "D")]
-    if kind in ("comm_sigmoid", "comm_interp"):
+    if kind in COMM_KINDS:
         return comm_features(op, params)
     raise ValueError(f"unknown predictor kind {kind!r}: expected one of {PREDICTOR_KINDS}")
 
@@ -102,7 +103,7 @@ def roofline_peaks(device: DeviceSpec) -> list[float]:
 def candidate_kinds(op: OpDef, direction: str) -> tuple[str, ...]:
     """Predictor kinds that apply to ``op`` in ``direction``."""
     if op.family == "collective":  # latency/bandwidth curves per world size
-        return ("comm_sigmoid", "comm_interp")
+        return COMM_KINDS
     generic = ("roofline", "shape", "efficiency")
     return generic + (("embedding_analytic",) if op.analytic_model(direction) else ())
 
@@ -118,7 +119,7 @@ def make_predictor(kind: str, device: DeviceSpec, op: OpDef | None = None,
     if kind == "efficiency":
         peaks = roofline_peaks(device)
         return EfficiencyRegressor(peaks=peaks, n_work=len(peaks))
-    if kind in ("comm_sigmoid", "comm_interp"):
+    if kind in COMM_KINDS:
         return CommRegressor(curve=kind.removeprefix("comm_"))
     if kind == "embedding_analytic" and op is not None and op.analytic_model(direction):
         return EmbeddingLookupRegressor(kind=op.analytic_model(direction), spec=device)

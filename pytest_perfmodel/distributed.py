@@ -222,6 +222,6 @@ def benchmark_collective(pm, case) -> None:
         pytest.skip(f"{case.id}: needs {wanted} ranks, this run has {world.size} "
                     f"(run it with mpiexec -n {wanted} or --perfmodel-ranks {wanted})")
     world = init_distributed(pm.torch_device, world.timeout_s)
-    for replicate, result in enumerate(measure_collective(case, world, pm.timer_settings,
-                                                          REPLICATES)):
+    settings = pm.collective_timer_settings
+    for replicate, result in enumerate(measure_collective(case, world, settings, REPLICATES)):
         pm._append(collective_record(case, result, replicate, pm.env))

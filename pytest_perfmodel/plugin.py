@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.bench import BUDGET_S
+from perfmodel.bench import BUDGET_S, COLLECTIVE_BUDGET_S
 from perfmodel.ops import PROFILES, cases_for, get_op
 from perfmodel.settings import SettingsError, load_settings
 from pytest_perfmodel.session import Options, PerfmodelSession, default_threads
@@ -46,8 +46,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--perfmodel-threads", type=int, default=None, metavar="N",
                     help="CPU threads torch is pinned to (default: the usable cores)")
     group.addoption("--perfmodel-budget", type=float, default=None, metavar="SECONDS",
-                    help="sampling budget per config and replicate "
-                         "(default: 0.1 smoke, 0.3 quick, 1.0 full)")
+                    help="sampling budget per config and replicate (default: 0.1 smoke, "
+                         "0.3 quick, 1.0 full; collectives 0.1, 1.0, 2.0)")
     group.addoption("--perfmodel-target-ci", type=float, default=0.02, metavar="FRACTION",
                     help="stop sampling when the 95%% CI of the median is within ±FRACTION")
     group.addoption("--perfmodel-cold-cache", action="store_true",
@@ -100,7 +100,8 @@ def pytest_configure(config: pytest.Config) -> None:
     root = Path(opt.perfmodel_results) if opt.perfmodel_results else config.rootpath / "results"
     options = Options(opt.perfmodel_device, opt.perfmodel_profile, root.resolve(), threads,
                       opt.perfmodel_save_baseline, budget, opt.perfmodel_target_ci,
-                      opt.perfmodel_cold_cache, bias)
+                      opt.perfmodel_cold_cache, bias,
+                      opt.perfmodel_budget or COLLECTIVE_BUDGET_S[opt.perfmodel_profile])
     config.stash[SESSION_KEY] = PerfmodelSession(options, settings, config.rootpath)
 
 

@@ -29,6 +29,7 @@ class Options:
     target_rel_ci: float
     cold_cache: bool
     bias: dict[str, float] = field(default_factory=dict)  # planted prediction error
+    collective_budget_s: float | None = None  # None: budget_s
 
 
 @dataclass
@@ -123,6 +124,14 @@ class PerfmodelSession:
 
         return TimerSettings(target_rel_ci=self.options.target_rel_ci,
                              budget_s=self.options.budget_s, cold_cache=self.options.cold_cache)
+
+    @property
+    def collective_timer_settings(self):
+        """:attr:`timer_settings` with the collectives' sampling budget."""
+        from dataclasses import replace
+
+        return replace(self.timer_settings,
+                       budget_s=self.options.collective_budget_s or self.options.budget_s)
 
     # -- items -----------------------------------------------------------------------
     def benchmark(self, case, request: pytest.FixtureRequest | None = None) -> None:

@@ -89,7 +89,7 @@ curves = st.tuples(st.floats(1e-6, 1e-3), st.floats(1e8, 1e11), st.floats(1e3, 1
 
 
 @settings(max_examples=25, deadline=None)
-@given(params=curves, curve=st.sampled_from(["sigmoid", "interp"]))
+@given(params=curves, curve=st.sampled_from(["sigmoid", "hockney", "interp"]))
 def test_comm_model_fits_latency_bandwidth_curves_and_round_trips(tmp_path_factory, params,
                                                                   curve):
     sizes = 2.0 ** np.arange(3, 27)
@@ -120,6 +120,25 @@ def test_comm_model_predicts_an_unmeasured_world_size_at_the_same_bus_bytes():
     assert np.all(np.diff(model.predict(X)) >= 0)  # monotone in size
 
 
+@settings(max_examples=25, deadline=None)
+@given(knee_B=st.floats(2.0 ** 11, 2.0 ** 17), bandwidth_Bps=st.floats(1e8, 1e11),
+       seed=st.integers(0, 2**16))
+def test_hockney_line_recovers_latency_and_bandwidth_through_scatter(knee_B, bandwidth_Bps,
+                                                                     seed):
+    """Ranks time-sharing cores scatter messages by tens of percent; the robust
+    line still finds the planted latency and bandwidth (the knee, where both
+    weigh the same, leaves four or more sizes on either side)."""
+    op = get_op("all_reduce")
+    latency_s = knee_B / bandwidth_Bps
+    sizes = 2.0 ** np.arange(3, 27, 2)
+    X = np.array([comm_features(op, {"world_size": 4, "bytes": int(s)}) for s in sizes])
+    scatter = np.random.default_rng(seed).choice([0.75, 0.9, 1.0, 1.1, 1.5], sizes.size)
+    y = (latency_s + X[:, 1] / bandwidth_Bps) * scatter
+    model = CommRegressor(curve="hockney").fit(X, y)
+    assert np.exp(model.log_alpha_[0]) == pytest.approx(latency_s, rel=0.35)
+    assert np.exp(model.log_bw_[0]) == pytest.approx(bandwidth_Bps, rel=0.35)
+
+
 def test_comm_model_rejects_bad_input():
     with pytest.raises(ValueError, match="3 columns"):
         CommRegressor().fit(np.ones((4, 2)), np.ones(4))
@@ -130,9 +149,11 @@ def test_comm_model_rejects_bad_input():
 def test_fitting_chooses_the_comm_model_for_collectives():
     from perfmodel.fitting import candidate_kinds, make_predictor
 
-    assert candidate_kinds(get_op("all_reduce"), "forward") == ("comm_sigmoid", "comm_interp")
+    assert candidate_kinds(get_op("all_reduce"), "forward") == ("comm_sigmoid", "comm_hockney",
+                                                                "comm_interp")
     assert "comm_sigmoid" not in candidate_kinds(get_op("addmm"), "forward")
     assert make_predictor("comm_interp", None).curve == "interp"
+    assert make_predictor("comm_hockney", None).curve == "hockney"
 
 
 # -- one rank ---------------------------------------------------------------------------

@@ -447,3 +447,22 @@ def test_sweep_deals_each_ops_configs_over_rounds_with_collectives_first(pyteste
     assert ids[:bench] == cases["all_reduce"] + dealt
     assert all(i.startswith("test_accuracy[") for i in ids[bench:])
     assert ids[bench:bench + 2] == ["test_accuracy[relu.forward]", "test_accuracy[relu.backward]"]
+
+
+BUDGET_PROBE = """
+def test_budgets(perfmodel_session):
+    settings = perfmodel_session.timer_settings
+    collective = perfmodel_session.collective_timer_settings
+    assert (settings.budget_s, collective.budget_s) == ({expected})
+"""
+
+
+@pytest.mark.parametrize("args, expected", [
+    ((), "0.3, 1.0"),                           # quick defaults: BUDGET_S, COLLECTIVE_BUDGET_S
+    (("--perfmodel-profile=smoke",), "0.1, 0.1"),
+    (("--perfmodel-budget=0.05",), "0.05, 0.05"),  # an explicit budget sets both
+])
+def test_collectives_get_their_own_default_budget(pytester, tmp_path, args, expected):
+    pytester.makepyfile(test_probe=BUDGET_PROBE.format(expected=expected))
+    profile = () if any("profile" in a for a in args) else ("--perfmodel-profile=quick",)
+    assert run(pytester, tmp_path / "results", *profile, *args).ret == 0
