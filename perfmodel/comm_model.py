@@ -92,6 +92,17 @@ def _hockney_jacobian(p: np.ndarray, log_s: np.ndarray) -> np.ndarray:
     return np.column_stack([share, share - 1.0])
 
 
+def _robust_log_fit(log_t_of, jacobian, log_s: np.ndarray, log_t: np.ndarray, x0: np.ndarray,
+                    bounds) -> list[float]:
+    """Parameters of curve ``log_t_of(p, log_s)`` fitted to ``log_t`` by least
+    squares with a soft-L1 loss (residuals beyond 0.1 in ln t, about 10%,
+    weigh less), from ``x0`` within ``bounds``."""
+    result = least_squares(lambda p: log_t_of(p, log_s) - log_t, x0,
+                           jac=lambda p: jacobian(p, log_s), bounds=bounds, loss="soft_l1",
+                           f_scale=0.1, x_scale="jac", max_nfev=_MAX_NFEV)
+    return [float(v) for v in result.x]
+
+
 class CommRegressor(_PlainDataRegressor):
     """Collective time per world size: ``curve`` is ``"sigmoid"``, ``"hockney"``
     or ``"interp"`` (see the module docstring). X columns: world size, algo
@@ -144,21 +155,14 @@ class CommRegressor(_PlainDataRegressor):
         lower = [log_alpha0 - 10, log_bw0 - 10, float(log_s.min()) - 10, math.log(_WIDTH_BOUNDS[0])]
         upper = [float(np.max(log_t)) + 1, log_bw0 + 10, float(log_s.max()) + 10,
                  math.log(_WIDTH_BOUNDS[1])]
-        x0 = np.clip(x0, lower, upper)
-        result = least_squares(lambda p: _sigmoid_log_t(p, log_s) - log_t, x0,
-                               jac=lambda p: _sigmoid_jacobian(p, log_s),
-                               bounds=(lower, upper), loss="soft_l1", f_scale=0.1,
-                               x_scale="jac", max_nfev=_MAX_NFEV)
-        return [float(v) for v in result.x]
+        return _robust_log_fit(_sigmoid_log_t, _sigmoid_jacobian, log_s, log_t,
+                               np.clip(x0, lower, upper), (lower, upper))
 
     @staticmethod
     def _fit_hockney(log_s: np.ndarray, log_t: np.ndarray) -> list[float]:
         x0 = np.array([float(np.min(log_t)), float(np.max(log_s - log_t))])
-        result = least_squares(lambda p: _hockney_log_t(p, log_s) - log_t, x0,
-                               jac=lambda p: _hockney_jacobian(p, log_s),
-                               bounds=(x0 - 10, x0 + 10), loss="soft_l1", f_scale=0.1,
-                               x_scale="jac", max_nfev=_MAX_NFEV)
-        return [float(v) for v in result.x]
+        return _robust_log_fit(_hockney_log_t, _hockney_jacobian, log_s, log_t, x0,
+                               (x0 - 10, x0 + 10))
 
     @staticmethod
     def _fit_knots(log_s: np.ndarray, log_t: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
