@@ -47,7 +47,7 @@ MIN_CONFIGS = 4
 #: below it only the two-parameter-per-resource roofline is fitted.
 MIN_CONFIGS_FOR_ML = 16
 #: The collectives' kinds: one per :data:`perfmodel.comm_model.CURVES`.
-COMM_KINDS = ("comm_sigmoid", "comm_hockney", "comm_interp")
+COMM_KINDS = ("comm_sigmoid", "comm_hockney", "comm_cache", "comm_interp")
 PREDICTOR_KINDS = ("roofline", "shape", "efficiency", "embedding_analytic", *COMM_KINDS)
 
 
@@ -180,7 +180,8 @@ class FitReport:
     predictors: dict[tuple[str, str], OpPredictor] = field(default_factory=dict)
     accuracy: dict[tuple[str, str], OpAccuracy] = field(default_factory=dict)
     skipped: dict[tuple[str, str], str] = field(default_factory=dict)
-    #: loaded predictors left out because their op's params changed since the fit
+    #: loaded predictors left out because their op's params, or the predictor
+    #: kinds it is chosen among, changed since the fit
     stale: tuple[tuple[str, str], ...] = ()
     data_runs: tuple[str, ...] = ()  # run ids of the measurements it was trained on
     #: torch threads of the CPU measurements it was trained on (None: not a CPU
@@ -445,6 +446,7 @@ def save_fit(report: FitReport, store: ResultStore, run_id: str,
         stem = f"{op}-{direction}"
         save_predictor(predictor.estimator, folder / stem)
         entries.append({"op": op, "direction": direction, "kind": predictor.kind, "stem": stem,
+                        "candidate_kinds": list(candidate_kinds(get_op(op), direction)),
                         "accuracy": asdict(report.accuracy[(op, direction)])})
     write_json_atomic(folder / "index.json", {"schema": INDEX_SCHEMA, "run_id": run_id,
                                               "device_key": store.device_key,
@@ -484,7 +486,8 @@ def load_fit(folder: Path) -> FitReport:
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{index_path}: bad entry {entry!r} ({exc})") from None
         estimator = load_predictor(folder / stem)
-        stale = _stale_features(kind, *key, estimator)
+        stale = (_stale_features(kind, *key, estimator)
+                 or _stale_candidates(key, entry.get("candidate_kinds")))
         if stale:
             report.skipped[key] = stale
             report.stale += (key,)
@@ -505,6 +508,18 @@ def _stale_features(kind: str, op_name: str, direction: str, estimator) -> str |
         return None
     return (f"{op_name}.{direction}: fitted on {fitted} features, the op now has {expected} "
             f"(its params changed); re-run `pytest suites/ -m microbench` to refit")
+
+
+def _stale_candidates(key: tuple[str, str], fitted_with) -> str | None:
+    """Why a loaded predictor was chosen among other candidate kinds than
+    :func:`candidate_kinds` offers now (a kind was added or dropped since the
+    fit, or the fit predates this record), or None."""
+    now = list(candidate_kinds(get_op(key[0]), key[1]))
+    if fitted_with == now:
+        return None
+    was = ", ".join(map(str, fitted_with)) if isinstance(fitted_with, list) else "not recorded"
+    return (f"{key[0]}.{key[1]}: chosen among other predictor kinds ({was}) than today's "
+            f"({', '.join(now)}); the next `pytest -m accuracy` or `-m e2e` session refits")
 
 
 def load_latest_fit(store: ResultStore, threads: int | None = None

@@ -102,7 +102,8 @@ def require_fit(store, threads: int, profile: str = "quick"):
     if fit.stale:
         names = ", ".join(f"{op}.{direction}" for op, direction in fit.stale)
         raise MultirankError(missing_fit_message(
-            store.dir, threads, profile, f"predictors fitted before their ops changed ({names})"))
+            store.dir, threads, profile, f"stale predictors, fitted before their ops or the "
+            f"predictor kinds changed ({names})"))
     if all(get_op(op).family == "collective" for op, _ in fit.predictors):
         raise MultirankError(missing_fit_message(store.dir, threads, profile,
                                                  "only collective predictors in the fit"))

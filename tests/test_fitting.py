@@ -97,6 +97,21 @@ def test_saved_fit_predicts_the_same(tmp_path):
         stale = load_fit(save_fit(shaped, store, "run-0"))
     assert key not in stale.predictors and "re-run" in stale.skipped[key]
     assert stale.stale == (key,) and loaded.stale == ()  # a session refits a stale fit
+    # So is one chosen among other kinds than today's (a kind added since), and
+    # one saved before the index recorded them.
+    import perfmodel.fitting as fitting
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fitting, "candidate_kinds", lambda op, direction: ("roofline",))
+        older = save_fit(shaped, store, "run-1")
+    newer = load_fit(older)
+    assert newer.stale == (key,) and "(roofline) than today's (roofline, shape" in \
+        newer.skipped[key]
+    index = json.loads((older / "index.json").read_text())
+    for entry in index["entries"]:
+        del entry["candidate_kinds"]
+    (older / "index.json").write_text(json.dumps(index))
+    assert "(not recorded)" in load_fit(older).skipped[key]
     # A tampered index (a path escaping the folder) is refused with the file named.
     index = json.loads((folder / "index.json").read_text())
     index["entries"][0]["stem"] = "../../evil"

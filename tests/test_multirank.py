@@ -244,8 +244,9 @@ def test_a_stale_fit_at_the_ranks_thread_count_is_one_clear_error(planted_result
     op = get_op("linear")
     monkeypatch.setattr(type(op), "params", op.params + ("EXTRA",))
     monkeypatch.setattr(type(op), "param_defaults", {**op.param_defaults, "EXTRA": 1})
-    with pytest.raises(MultirankError, match=r"^predictors fitted before their ops changed "
-                                             r"\(linear.forward\) for 1 thread"):
+    with pytest.raises(MultirankError, match=r"^stale predictors, fitted before their ops or "
+                                             r"the predictor kinds changed \(linear.forward\) "
+                                             r"for 1 thread"):
         require_fit(store, 1)
 
 

@@ -306,12 +306,14 @@ def test_my_model(perfmodel_predict):
 
 
 def test_user_model_fixture_predicts_and_measures(pytester, planted_results):
-    """The fixture a newcomer tries first, with the repository's committed fit."""
+    """The fixture a newcomer tries first, with the repository's newest committed fit
+    (older ones may predate today's predictor kinds: stale, they would be refitted)."""
     import shutil
     from pathlib import Path
 
     results, key = planted_results
-    committed = sorted((Path(__file__).parents[1] / "results").glob("*/predictors/*/index.json"))
+    committed = sorted((Path(__file__).parents[1] / "results").glob("*/predictors/*/index.json"),
+                       key=lambda p: p.parent.name)
     assert committed, "the repository should hold at least one fitted predictor set"
     copy = results / key / "predictors" / committed[-1].parent.name
     shutil.copytree(committed[-1].parent, copy)
