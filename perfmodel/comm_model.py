@@ -104,10 +104,15 @@ def _hockney_jacobian(p: np.ndarray, log_s: np.ndarray) -> np.ndarray:
     return np.column_stack([share, share - 1.0])
 
 
+def _log_excess(log_s: np.ndarray, log_knee: float) -> np.ndarray:
+    """ln max(S - K, tiny) for sizes S = exp(``log_s``) and K = exp(``log_knee``)."""
+    return np.log(np.maximum(-np.expm1(log_knee - log_s), 1e-300)) + log_s
+
+
 def _cache_log_t(p: np.ndarray, log_s: np.ndarray, log_knee: float) -> np.ndarray:
     """ln t of t = alpha + S / B + max(0, S - K) / B_far; p = (ln alpha, ln B,
     ln B_far), K = exp(``log_knee``) bytes."""
-    far = np.log(np.maximum(-np.expm1(log_knee - log_s), 1e-300)) + log_s  # ln max(S - K, tiny)
+    far = _log_excess(log_s, log_knee)
     terms = np.stack([np.full_like(log_s, p[0]), log_s - p[1],
                       np.where(log_s > log_knee, far - p[2], -np.inf)])
     return np.logaddexp.reduce(terms, axis=0)
@@ -116,7 +121,7 @@ def _cache_log_t(p: np.ndarray, log_s: np.ndarray, log_knee: float) -> np.ndarra
 def _cache_jacobian(p: np.ndarray, log_s: np.ndarray, log_knee: float) -> np.ndarray:
     """d ln t / d p of :func:`_cache_log_t`: each term's share of t (signed)."""
     log_t = _cache_log_t(p, log_s, log_knee)
-    far = np.log(np.maximum(-np.expm1(log_knee - log_s), 1e-300)) + log_s
+    far = _log_excess(log_s, log_knee)
     far_share = np.where(log_s > log_knee, np.exp(np.minimum(far - p[2] - log_t, 0.0)), 0.0)
     return np.column_stack([np.exp(p[0] - log_t), -np.exp(log_s - p[1] - log_t), -far_share])
 
