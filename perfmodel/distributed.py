@@ -27,6 +27,7 @@ import os
 import shutil
 import socket
 import stat
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -55,6 +56,17 @@ WARMUP_CALLS = 3
 MIN_BLOCK_S = 2e-5
 #: Most samples per replicate.
 MAX_SAMPLES = 2000
+#: Calls timed under compute load per replicate, after one warm-up call: as many
+#: as fit in :data:`LOADED_BUDGET_S` at the warm-up's pace, within these bounds.
+#: A loaded call's time comes in steps of the scheduler's slice (about 3.7 ms
+#: here: a 4 KiB all_reduce at 2 ranks took 3.6, 7.5 or 12 ms), so one needs many.
+LOADED_CALLS = (9, 41)
+#: Time the loaded calls of one replicate aim to take (s).
+LOADED_BUDGET_S = 0.3
+#: Shape of the compute unit a rank repeats while its collective runs under load:
+#: (M, K, N) of a float32 matrix product, about 85 us on one Zen 4 thread, so the
+#: completion is seen within that much of when it happens.
+LOAD_UNIT_MKN = (64, 256, 256)
 
 
 def _first_int(environ: Mapping[str, str], names) -> int | None:
@@ -346,6 +358,10 @@ class CollectiveResult:
     measurement: Any  # perfmodel.timing.Measurement
     rank_median_s: tuple[float, ...]
     rank_cpu_s: tuple[float, ...] = ()
+    #: Mean over calls of the slowest rank's time under compute load (s): a
+    #: mean, since an iteration pays the long tail of slow calls too; None
+    #: where it is not measured (see :func:`measures_loaded`).
+    loaded_s: float | None = None
 
 
 def measure_collective(case, world: World, settings, replicates: int = 2
@@ -359,8 +375,14 @@ def measure_collective(case, world: World, settings, replicates: int = 2
 
     from perfmodel.ops import get_op
 
-    runner = get_op(case.op).make_runner(case.params, case.dtype, case.direction, world.device)
+    op = get_op(case.op)
+    runner = op.make_runner(case.params, case.dtype, case.direction, world.device)
     sync = torch.cuda.synchronize if world.device.startswith("cuda") else (lambda: None)
+    issue = op.make_issue(case.params, case.dtype, world.device) \
+        if measures_loaded(world) else None
+
+    def loaded() -> list[float] | None:
+        return _time_loaded(world, issue, case.op, case.params)
 
     def time_block(number: int) -> tuple[float, float]:
         """Wall and process CPU seconds of ``number`` calls."""
@@ -374,14 +396,16 @@ def measure_collective(case, world: World, settings, replicates: int = 2
         return (time.perf_counter_ns() - start) / 1e9, (time.process_time_ns() - cpu) / 1e9
 
     try:
-        results = [_replicate(world, time_block, settings) for _ in range(replicates)]
+        results = [_replicate(world, time_block, settings, loaded if issue else None)
+                   for _ in range(replicates)]
     except Exception as exc:  # a barrier timed out, a peer vanished, ...: end every rank
         world.abort(world.describe_failure(case.op, case.params, exc))
     return [r for r in results if r is not None]
 
 
-def _replicate(world: World, time_block, settings) -> CollectiveResult | None:
-    """One replicate: warm up, agree on a block size, sample; the result at rank 0."""
+def _replicate(world: World, time_block, settings, loaded=None) -> CollectiveResult | None:
+    """One replicate: warm up, agree on a block size, sample, then (with
+    ``loaded``) time the calls under compute load; the result at rank 0."""
     import torch
 
     from perfmodel.timing import block_size
@@ -390,12 +414,77 @@ def _replicate(world: World, time_block, settings) -> CollectiveResult | None:
     slowest = _max_over_ranks(world, [min(warm[1:])])
     number = world.comm.bcast(slowest and block_size(slowest[0], MIN_BLOCK_S), root=0)
     result = _sample(world, time_block, number, settings)
+    loaded_calls = loaded() if loaded is not None else None
     if result is None:
         return None
     samples, per_rank, cpu_per_rank, reason = result
     return CollectiveResult(_measurement(samples, number, reason, torch.get_num_threads()),
                             tuple(float(sorted(s)[len(s) // 2]) for s in per_rank),
-                            tuple(float(c) for c in cpu_per_rank))
+                            tuple(float(c) for c in cpu_per_rank),
+                            statistics.fmean(loaded_calls) if loaded_calls else None)
+
+
+def measures_loaded(world: World) -> bool:
+    """Whether this world's collectives are also timed under compute load: on a
+    CPU, where the ranks of this host with their torch threads fit on its cores
+    (more ranks than cores time-share them, and CPU throughput bounds the
+    iteration instead; see :func:`perfmodel.multirank.oversubscription`)."""
+    import torch
+
+    from perfmodel.device import usable_cpus
+
+    return (world.device or "").startswith("cpu") and \
+        world.local_size * torch.get_num_threads() <= usable_cpus()
+
+
+def _time_loaded(world: World, issue, op: str, params: Mapping[str, int]
+                 ) -> list[float] | None:
+    """Wall seconds from issue to completion of :data:`LOADED_CALLS` calls (after
+    one warm-up, which sets their number) while every rank's own thread keeps computing (repeated
+    :data:`LOAD_UNIT_MKN` products, as a rank's backward does while DDP's
+    all-reduce runs); per call the slowest rank's, at rank 0 (None elsewhere).
+    A call not complete within the world's timeout aborts the run like any.
+
+    A helper thread waits for the work handle (gloo's reduce_scatter handle never
+    reports ``is_completed()`` and has no future) and the computing thread
+    stops when it has."""
+    import threading
+
+    import torch
+    import torch.distributed as dist
+
+    m, k, n = LOAD_UNIT_MKN
+    a, b = torch.ones(m, k), torch.ones(k, n)
+    times: list[float] = []
+    calls = None
+    while calls is None or len(times) < calls:
+        dist.barrier()
+        done = threading.Event()
+
+        def wait_for(work) -> None:
+            world.wait(work, op, params)
+            done.set()
+
+        start = time.perf_counter()
+        waiter = threading.Thread(target=wait_for, args=(issue(),), daemon=True)
+        waiter.start()
+        deadline = start + world.timeout_s + REPORT_GRACE_S + OUTPUT_DRAIN_S + 1.0
+        while not done.is_set():
+            torch.mm(a, b)
+            if time.perf_counter() > deadline:  # the waiter is stuck past its own timeout
+                world.abort(f"{op} (world_size={params.get('world_size')}, bytes="
+                            f"{params.get('bytes')}) under compute load: not complete "
+                            f"within {world.timeout_s:g} s")
+        elapsed = time.perf_counter() - start
+        waiter.join()
+        if calls is None:
+            slowest = _max_over_ranks(world, [elapsed])
+            low, high = LOADED_CALLS
+            calls = world.comm.bcast(slowest and min(high, max(
+                low, math.ceil(LOADED_BUDGET_S / max(slowest[0], 1e-9)))), root=0)
+        else:
+            times.append(elapsed)
+    return _max_over_ranks(world, times)
 
 
 def _max_over_ranks(world: World, values: list[float]) -> list[float] | None:
@@ -447,9 +536,11 @@ def _measurement(samples: list[float], number: int, reason: str, threads: int):
 def collective_record(case, result: CollectiveResult, replicate: int, env: dict) -> dict:
     """The store record of one replicate: a ``measurement`` record plus
     ``latency_p95_s`` (s), ``algbw_Bps`` and ``busbw_Bps`` (B/s, from the median),
-    ``rank_median_s`` (each rank's own median, s) and ``rank_cpu_s`` (each rank's
+    ``rank_median_s`` (each rank's own median, s), ``rank_cpu_s`` (each rank's
     process CPU seconds per call: what :data:`perfmodel.ops.collective.HOST_CPU`
-    predictors are fitted on)."""
+    predictors are fitted on) and, where measured, ``loaded_s`` (the time under
+    compute load, s: what :data:`perfmodel.ops.collective.LOADED` predictors are
+    fitted on)."""
     import numpy as np
 
     from perfmodel.bench import measurement_record
@@ -462,4 +553,6 @@ def collective_record(case, result: CollectiveResult, replicate: int, env: dict)
                   busbw_Bps=algbw * op.bus_factor(case.params["world_size"]),
                   rank_median_s=list(result.rank_median_s),
                   rank_cpu_s=list(result.rank_cpu_s))
+    if result.loaded_s is not None:
+        record["loaded_s"] = result.loaded_s
     return record

@@ -25,7 +25,7 @@ from perfmodel.device import DeviceSpec
 from perfmodel.metrics import gmae, mape, max_abs_rel_error, noise_floor
 from perfmodel.ops import OpDef, get_op
 from perfmodel.ops.base import DTYPE_BYTES
-from perfmodel.ops.collective import HOST_CPU
+from perfmodel.ops.collective import HOST_CPU, LOADED
 from perfmodel.comm_model import CommRegressor, comm_features
 from perfmodel.predictors import (EfficiencyRegressor, EmbeddingLookupRegressor,
                                   RooflineRegressor, ShapeRegressor, load_predictor,
@@ -46,6 +46,12 @@ MIN_CONFIGS = 4
 #: Fewest distinct configs for the learned (tree) predictors to be candidates;
 #: below it only the two-parameter-per-resource roofline is fitted.
 MIN_CONFIGS_FOR_ML = 16
+#: Fewest distinct configs for every communication curve to be a candidate;
+#: below it only the first (the sigmoid). The curves have 2 to 4 parameters per
+#: world size: the smoke profile's 4 sizes per world size are too few for the
+#: held-out choice among them, one world size of the quick profile (13 sizes,
+#: as the loaded times are measured) is enough.
+MIN_CONFIGS_FOR_CURVES = 10
 #: The collectives' kinds: one per :data:`perfmodel.comm_model.CURVES`.
 COMM_KINDS = ("comm_sigmoid", "comm_hockney", "comm_cache", "comm_interp")
 PREDICTOR_KINDS = ("roofline", "shape", "efficiency", "embedding_analytic", *COMM_KINDS)
@@ -207,7 +213,8 @@ class FitReport:
 def samples_from_records(records: Iterable[dict]) -> dict[tuple[str, str], list[Sample]]:
     """Group measurement records by (op, direction). A collective's record with
     ``rank_cpu_s`` (process CPU seconds per call of each rank) also gives a
-    sample of ``(op, HOST_CPU)``: the mean over ranks."""
+    sample of ``(op, HOST_CPU)``: the mean over ranks; one with ``loaded_s``
+    (its time under compute load) a sample of ``(op, LOADED)``."""
     from perfmodel.ops import OPS
 
     grouped: dict[tuple[str, str], list[Sample]] = {}
@@ -224,6 +231,10 @@ def samples_from_records(records: Iterable[dict]) -> dict[tuple[str, str], list[
                 and cpu and all(is_seconds(v) for v in cpu):
             grouped.setdefault((r["op"], HOST_CPU), []).append(
                 Sample(r["dtype"], params, float(np.mean(cpu)), run_id, replicate))
+        loaded = r.get("loaded_s")
+        if r["op"] in OPS and OPS[r["op"]].family == "collective" and is_seconds(loaded):
+            grouped.setdefault((r["op"], LOADED), []).append(
+                Sample(r["dtype"], params, float(loaded), run_id, replicate))
     return grouped
 
 
@@ -347,7 +358,7 @@ def fit_op(op_name: str, direction: str, samples: list[Sample], device: DeviceSp
     ex_train_keys, ex_test_keys = extrapolation_split(keys, size.__getitem__)
     candidates: dict[str, dict[str, float]] = {}
     kinds = list(kinds or candidate_kinds(op, direction))
-    if len(keys) < MIN_CONFIGS_FOR_ML:
+    if len(keys) < (MIN_CONFIGS_FOR_CURVES if op.family == "collective" else MIN_CONFIGS_FOR_ML):
         kinds = [k for k in kinds if k in ("roofline", "embedding_analytic")] or kinds[:1]
     for kind in kinds:
         scored = [_score(_fit(kind, op, direction, device, subset(set(keys) - fold)),

@@ -57,8 +57,8 @@ from perfmodel.e2e import (MEASURE, TRACE_ITERATIONS, TRACE_WARMUP, E2EResult, I
 from perfmodel.graph import Graph, build_graph
 from perfmodel.overheads import OverheadTable, samples_from_graph, table_from_samples
 from perfmodel.plaindata import write_json_atomic
-from perfmodel.predict import sim_tasks
-from perfmodel.ops.collective import HOST_CPU
+from perfmodel.predict import CommPrice, sim_tasks
+from perfmodel.ops.collective import HOST_CPU, LOADED
 from perfmodel.simulate import MultiRankResult, simulate_ranks
 from perfmodel.trace import TraceFiles, capture_trace, load_trace
 
@@ -122,14 +122,23 @@ class RanksPrediction:
     no_predictor: dict[str, int]
 
 
-def comm_pricer(fit) -> Callable[[str, dict[str, int]], tuple[float, float | None]]:
-    """``(op, params) -> (s, CPU s)`` of a collective from ``fit``'s
-    communication predictors: its time (a median), and the host CPU time a rank
-    spends in it (the ``host_cpu`` predictor, a mean per call: with a long tail
-    of slow calls it can exceed the median time; None when ``fit`` has none,
-    which counts the whole time as CPU). LookupError naming the suite to run
-    when the time predictor is missing."""
-    def price(op: str, params: dict[str, int]) -> tuple[float, float | None]:
+def comm_pricer(fit, loaded: bool = False) -> Callable[[str, dict[str, int]], CommPrice]:
+    """``(op, params) ->`` :class:`~perfmodel.predict.CommPrice` of a collective
+    from ``fit``'s communication predictors: its time (a median), the host CPU
+    time a rank spends in it (the ``host_cpu`` predictor, a mean per call: with
+    a long tail of slow calls it can exceed the median time; None when ``fit``
+    has none, which counts the whole time as CPU) and, with ``loaded``, its
+    time while the rank computes (the ``loaded`` predictor; None when ``fit``
+    has none). LookupError naming the suite to run when the time predictor is
+    missing."""
+    def optional(op: str, direction: str, params: dict[str, int]) -> float | None:
+        try:
+            predictor = fit.predictor(op, direction)
+        except LookupError:
+            return None
+        return max(0.0, float(predictor.predict("float32", [params])[0]))
+
+    def price(op: str, params: dict[str, int]) -> CommPrice:
         try:
             predictor = fit.predictor(op, "forward")
         except LookupError:
@@ -138,11 +147,8 @@ def comm_pricer(fit) -> Callable[[str, dict[str, int]], tuple[float, float | Non
                 f"{params['world_size']} pytest suites/test_collective.py -m "
                 f"'microbench and collective'") from None
         wall = max(0.0, float(predictor.predict("float32", [params])[0]))
-        try:
-            cpu = fit.predictor(op, HOST_CPU)
-        except LookupError:
-            return wall, None
-        return wall, max(0.0, float(cpu.predict("float32", [params])[0]))
+        return CommPrice(wall, optional(op, HOST_CPU, params),
+                         optional(op, LOADED, params) if loaded else None)
 
     return price
 
@@ -155,8 +161,13 @@ def predict_ranks(graphs: list[Graph], fit, table: OverheadTable,
     collective's CPU time, are multiplied by ``cpu_share`` (>= 1, see
     :func:`oversubscription`); the collectives' times are not: they were
     measured on ranks sharing the CPU. ``comm_share`` of each collective's CPU
-    time is charged to its rank's host (see :func:`comm_host_share`)."""
-    comm = comm_pricer(fit)
+    time is charged to its rank's host (see :func:`comm_host_share`). Where the
+    ranks are not oversubscribed (``cpu_share`` 1) a collective that overlaps
+    its rank's compute slows down to its ``loaded`` time (see
+    :mod:`perfmodel.simulate`); oversubscribed ranks keep every core busy until
+    the slowest is done, so CPU throughput, not each rank's own host, paces
+    the collectives there, as their idle times measured on such ranks show."""
+    comm = comm_pricer(fit, loaded=cpu_share == 1.0)
     per_rank, missing = [], {}
     for graph in graphs:
         tasks, rank_missing = sim_tasks(graph, fit, table, False, bias, comm)

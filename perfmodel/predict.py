@@ -10,7 +10,7 @@ overheads (T2.launch + n·T4 + (n-1)·T5 + T3.launch).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from perfmodel.graph import Graph, Task
 from perfmodel.ops import OPS
@@ -77,16 +77,27 @@ def parse_bias(spec: str) -> dict[str, float]:
     return out
 
 
+class CommPrice(NamedTuple):
+    """A collective's predicted seconds: on the communication stream with the
+    host idle (``wall_s``), of host CPU (``cpu_s``; None: all of ``wall_s``),
+    and with the host computing throughout (``loaded_s``; None: ``wall_s``).
+    See :mod:`perfmodel.simulate`."""
+
+    wall_s: float
+    cpu_s: float | None = None
+    loaded_s: float | None = None
+
+
 def sim_tasks(graph: Graph, fit, table: OverheadTable, on_device: bool,
               bias: dict[str, float] | None = None,
-              comm: Callable[[str, dict[str, int]], tuple[float, float | None]] | None = None
+              comm: Callable[[str, dict[str, int]], CommPrice] | None = None
               ) -> tuple[list[SimTask], dict[str, int]]:
     """The :class:`SimTask` list of ``graph``: op tasks priced by ``fit``, the rest
     by ``table``. ``on_device``: the ops run as kernels on a CUDA device.
     ``bias`` (see :func:`parse_bias`) scales predictions: a planted error, to
-    check that the gate catches it. ``comm(op, params)`` prices a collective:
-    (seconds on the communication stream, host CPU seconds or None for all of
-    them); its issue costs the host the table's line for its name at 0 bytes.
+    check that the gate catches it. ``comm(op, params)`` prices a collective
+    (:class:`CommPrice`); its issue costs the host the table's line for its
+    name at 0 bytes.
     Without ``comm`` a collective is priced as an unmodelled node."""
     bias = bias or {}
     predicted, missing = op_predictions(graph.tasks, fit)
@@ -101,12 +112,13 @@ def sim_tasks(graph: Graph, fit, table: OverheadTable, on_device: bool,
         elif task.kind == "covered":
             continue
         elif task.kind == "collective" and comm is not None:
-            wall_s, cpu_s = comm(task.op, task.params)
+            price = comm(task.op, task.params)
             out.append(SimTask(task.op, "communication",
                                host_factor * table.leaf_cost(task.name, 0.0),
-                               kernels=[(COMM_STREAM, wall_s)],
+                               kernels=[(COMM_STREAM, price.wall_s)],
                                inputs=task.inputs, outputs=task.outputs, sync=task.sync,
-                               region=task.region, collective=True, cpu_s=cpu_s))
+                               region=task.region, collective=True, cpu_s=price.cpu_s,
+                               loaded_s=price.loaded_s))
         elif task.kind == "op" and value is not None:
             if on_device and task.kernels:
                 out.append(_device_task(task, value, table))

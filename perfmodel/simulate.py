@@ -30,10 +30,21 @@ a second the rank's host does not compute: ``comm_host_share`` (0 to 1) of it
 is added to the host clock when the collective is issued (0: free overlap);
 see :func:`perfmodel.multirank.comm_host_share` for how it is chosen. The host
 waits for the rest of the collective only where it reads its output.
+
+And the reverse: a computing host slows its collectives. Gloo's worker thread
+must win its core back from the rank's compute thread at every step of the
+algorithm, so a collective that runs while its rank computes takes its
+``loaded_s`` (measured so; None: no slowdown) rather than its idle time. A
+collective progresses at 1 / ``loaded_s`` of its work per second while its
+rank's host is busy and at 1 / (its idle time) while the host waits (for it or
+for anything else) or is done (:func:`progress_end`); it ends when the slowest
+rank's share of the work is done. :func:`simulate_ranks` finds these durations
+together with the synchronised starts.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -56,6 +67,9 @@ class SimTask:
     collective: bool = False  # kernels on COMM_STREAM, issued at the end of host_s
     #: A collective's host CPU seconds (its backend's threads); None: its whole time.
     cpu_s: float | None = None
+    #: A collective's seconds while its rank's host computes throughout; None:
+    #: the same as its kernel's (idle) seconds.
+    loaded_s: float | None = None
 
 
 @dataclass
@@ -76,18 +90,25 @@ class SimResult:
     timeline: list[tuple[str, str, float, float]]
     #: Per collective, in order: when this rank alone could start it (s).
     collective_ready_s: list[float] = field(default_factory=list)
+    #: When the host waited (for a collective's output or a sync), in order:
+    #: (start, end) in s; after its last task it is idle too.
+    host_waits_s: list[tuple[float, float]] = field(default_factory=list)
+    #: When the host finished its last task (s).
+    host_end_s: float = 0.0
 
 
 def simulate(tasks: list[SimTask], keep_timeline: bool = True,
-             collective_start_s: Sequence[float] = (), comm_host_share: float = 0.0
-             ) -> SimResult:
+             collective_start_s: Sequence[float] = (), comm_host_share: float = 0.0,
+             collective_s: Sequence[float] = ()) -> SimResult:
     """Simulate ``tasks`` in order; see the module docstring. The n-th
-    collective starts no earlier than ``collective_start_s[n]`` when given (s);
+    collective starts no earlier than ``collective_start_s[n]`` when given (s)
+    and lasts ``collective_s[n]`` when given (s; otherwise its kernel's time);
     ``comm_host_share`` of each collective's CPU time is charged to the host."""
     if not 0.0 <= comm_host_share <= 1.0:
         raise ValueError(f"comm_host_share must be in [0, 1], got {comm_host_share!r}")
     comm_ready: dict[int, float] = {}  # tensor id -> end of the collective that wrote it
     collective_ready: list[float] = []
+    waits: list[tuple[float, float]] = []
     cpu = 0.0
     host_busy = 0.0
     stream_free: dict[int, float] = {}
@@ -98,7 +119,7 @@ def simulate(tasks: list[SimTask], keep_timeline: bool = True,
     timeline: list[tuple[str, str, float, float]] = []
     for task in tasks:
         if comm_ready and not task.kernels:
-            cpu = max([cpu, *(comm_ready.get(t, 0.0) for t in task.inputs)])
+            cpu = _wait(waits, cpu, max([cpu, *(comm_ready.get(t, 0.0) for t in task.inputs)]))
         start = cpu
         cpu += task.host_s
         host_busy += task.host_s
@@ -125,6 +146,8 @@ def simulate(tasks: list[SimTask], keep_timeline: bool = True,
                         begin = max(begin, collective_start_s[n_coll])
                     # gloo's threads take the cores for the collective's CPU time
                     cpu += comm_host_share * (dur if task.cpu_s is None else task.cpu_s / n)
+                    if n_coll < len(collective_s):
+                        dur = collective_s[n_coll]
                 end = begin + dur
                 stream_free[stream] = end
                 intervals.append((begin, end))
@@ -138,11 +161,42 @@ def simulate(tasks: list[SimTask], keep_timeline: bool = True,
                 if task.collective:
                     comm_ready[t] = end
         if task.sync and stream_free:
-            cpu = max(cpu, max(stream_free.values()))
+            cpu = _wait(waits, cpu, max(cpu, max(stream_free.values())))
     total = max([cpu, *stream_free.values()])
     active = _union_length(intervals)
     return SimResult(total, breakdown, regions, host_busy, active,
-                     total - active if intervals else 0.0, timeline, collective_ready)
+                     total - active if intervals else 0.0, timeline, collective_ready,
+                     waits, cpu)
+
+
+def _wait(waits: list[tuple[float, float]], now: float, until: float) -> float:
+    """Record a host wait from ``now`` to ``until`` (when later); returns the host clock."""
+    if until > now:
+        waits.append((now, until))
+    return max(now, until)
+
+
+def progress_end(start_s: float, idle_s: float, loaded_s: float,
+                 waits_s: Sequence[tuple[float, float]], host_end_s: float) -> float:
+    """When a collective started at ``start_s`` ends (s): it does 1 / ``loaded_s``
+    of its work per second while the host is busy, 1 / ``idle_s`` while it waits
+    (``waits_s``: sorted, disjoint (start, end) intervals) or after
+    ``host_end_s``. ``loaded_s`` below ``idle_s`` counts as ``idle_s``."""
+    loaded_s = max(loaded_s, idle_s)
+    if idle_s <= 0.0:
+        return start_s
+    left, t = 1.0, start_s  # share of the work left; the time reached
+    for idle_from, idle_to in [*waits_s, (host_end_s, math.inf)]:
+        if idle_to <= t:
+            continue
+        for until, seconds in ((idle_from, loaded_s), (idle_to, idle_s)):
+            if until <= t:
+                continue
+            if (until - t) >= left * seconds:
+                return t + left * seconds
+            left -= (until - t) / seconds
+            t = until
+    return t  # not reached: the last interval never ends
 
 
 @dataclass
@@ -170,15 +224,49 @@ def simulate_ranks(ranks: Sequence[list[SimTask]], keep_timeline: bool = True,
     if len(set(counts)) > 1:
         raise ValueError(f"ranks issue different numbers of collectives: {counts}")
     n = counts[0] if counts else 0
+    colls = [[t for t in tasks if t.collective] for tasks in ranks]
+    loaded = any(t.loaded_s is not None for c in colls for t in c)
     starts: list[float] = [0.0] * n
-    for _ in range(n + 1):
-        results = [simulate(tasks, False, starts, comm_host_share) for tasks in ranks]
+    durations: list[float] = []
+    for _ in range(MAX_ROUNDS_PER_COLLECTIVE * n + 1):
+        results = [simulate(tasks, False, starts, comm_host_share, durations)
+                   for tasks in ranks]
         latest = [max(r.collective_ready_s[k] for r in results) for k in range(n)]
-        if latest == starts:
-            break
+        settled = latest == starts
         starts = latest
-    results = [simulate(tasks, keep_timeline, starts, comm_host_share) for tasks in ranks]
+        if loaded:
+            now = _loaded_durations(colls, results, starts)
+            settled = settled and len(now) == len(durations) and all(
+                abs(a - b) <= _SETTLED_S for a, b in zip(now, durations))
+            durations = now
+        if settled:
+            break
+    results = [simulate(tasks, keep_timeline, starts, comm_host_share, durations)
+               for tasks in ranks]
     return MultiRankResult(max((r.total_s for r in results), default=0.0), results, starts)
+
+
+#: Rounds of :func:`simulate_ranks` allowed per collective: one settles its start
+#: (starts only grow), more its duration under load (which moves the host's waits).
+MAX_ROUNDS_PER_COLLECTIVE = 3
+#: Change in a collective's duration below which it is settled (s).
+_SETTLED_S = 1e-9
+
+
+def _loaded_durations(colls: list[list[SimTask]], results: list[SimResult],
+                      starts: list[float]) -> list[float]:
+    """Each collective's duration given every rank's host busy and waiting times
+    of the last round: until the slowest rank's share of it is done."""
+    out = []
+    for k, start in enumerate(starts):
+        ends = []
+        for tasks, r in zip(colls, results):
+            task = tasks[k]
+            idle = sum(d for _, d in task.kernels)
+            loaded = idle if task.loaded_s is None else task.loaded_s
+            ends.append(progress_end(start, idle, loaded, r.host_waits_s, r.host_end_s))
+        out.append(max(ends) - start)
+    return out
 
 
 def _add(table: dict[str, float], key: str, value: float) -> None:

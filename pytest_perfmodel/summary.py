@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import textwrap
 
-from perfmodel.ops.collective import HOST_CPU
+from perfmodel.ops.collective import HOST_CPU, LOADED
 from pytest_perfmodel.session import PerfmodelSession
 
 #: Columns the block fits in. Longer gate warnings (prose) are wrapped; a FAIL
@@ -13,7 +13,7 @@ from pytest_perfmodel.session import PerfmodelSession
 WIDTH = 100
 
 
-_SHORT = {"forward": "fwd", "backward": "bwd", HOST_CPU: "cpu"}
+_SHORT = {"forward": "fwd", "backward": "bwd", HOST_CPU: "cpu", LOADED: "load"}
 
 
 #: The gate's verdict statuses as the E2E table shows them.

@@ -186,6 +186,24 @@ def test_fitting_chooses_the_comm_model_for_collectives():
     assert make_predictor("comm_cache", None).curve == "cache"
 
 
+@pytest.mark.parametrize("sizes, scored", [
+    (13, ["comm_sigmoid", "comm_hockney", "comm_cache", "comm_interp"]),  # one world, quick
+    (8, ["comm_sigmoid"]),  # below MIN_CONFIGS_FOR_CURVES: the sigmoid alone
+])
+def test_every_curve_is_scored_from_one_world_sizes_quick_sweep(sizes, scored):
+    """A collective's 13 sizes at one world size (what the loaded times cover)
+    are enough to choose among the curves, unlike a learned predictor's 16."""
+    from perfmodel.fitting import MIN_CONFIGS_FOR_CURVES, Sample, fit_op
+    from tests.test_fitting import SPEC
+
+    assert 8 < MIN_CONFIGS_FOR_CURVES <= 13
+    samples = [Sample("float32", (("bytes", 8 * 4 ** k), ("world_size", 2)),
+                      1e-4 + 8 * 4 ** k / 1e9 * (1 + 0.05 * (-1) ** k), "r", 0)
+               for k in range(sizes)]
+    _, accuracy = fit_op("all_reduce", "loaded", samples, SPEC)
+    assert sorted(accuracy.candidates) == sorted(scored)
+
+
 # -- one rank ---------------------------------------------------------------------------
 
 def test_a_world_of_one_measures_a_collective_and_records_bandwidths():
@@ -206,6 +224,26 @@ def test_a_world_of_one_measures_a_collective_and_records_bandwidths():
     assert record["busbw_Bps"] == 0.0  # a world of one moves nothing over a bus
     assert record["rank_cpu_s"] == list(results[0].rank_cpu_s)
     assert math.isfinite(record["algbw_Bps"])
+    # one rank on a CPU with a core to spare: also timed under compute load
+    assert all(r.loaded_s is not None and r.loaded_s > 0 for r in results)
+    assert record["loaded_s"] == results[0].loaded_s
+
+
+def test_loaded_times_are_taken_only_where_the_ranks_fit_on_the_cores(monkeypatch):
+    """On a CPU whose cores the ranks' threads fill at most; never on CUDA."""
+    import torch
+
+    from perfmodel import device
+    from perfmodel.distributed import World, measures_loaded
+
+    monkeypatch.setattr(device, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    world = World(rank=0, size=4, local_rank=0, local_size=2, comm=None, device="cpu")
+    assert measures_loaded(world)
+    world.local_size = 4
+    assert not measures_loaded(world)
+    world.local_size, world.device = 1, "cuda:0"
+    assert not measures_loaded(world)
 
 
 def test_items_for_another_world_size_skip_with_the_reason():

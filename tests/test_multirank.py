@@ -257,30 +257,38 @@ def _collective_record(nbytes, seconds, cpu, replicate=0):
             "rank_cpu_s": cpu}
 
 
-def test_collective_cpu_time_is_fitted_and_priced_beside_its_time():
+def test_collective_cpu_and_loaded_times_are_fitted_and_priced_beside_its_time():
     """A collective record's ``rank_cpu_s`` (mean over ranks) trains the
-    ``host_cpu`` predictor; the pricer returns (time, CPU time), and
-    (time, None) from a fit without it. Malformed CPU lists are skipped."""
+    ``host_cpu`` predictor and its ``loaded_s`` the ``loaded`` one; the pricer
+    returns (time, CPU time, loaded time or None unless asked for), and None for
+    what the fit lacks. Malformed CPU lists and loaded times are skipped."""
     from perfmodel.fitting import FitReport, fit_op, samples_from_records
     from perfmodel.multirank import comm_pricer
-    from perfmodel.ops.collective import HOST_CPU
+    from perfmodel.ops.collective import HOST_CPU, LOADED
     from tests.test_fitting import SPEC
 
     sizes = [2 ** k for k in range(4, 24, 2)]
     records = [_collective_record(s, 1e-4 + s / 1e9, [0.3 * (1e-4 + s / 1e9), 0.5 * (
         1e-4 + s / 1e9)], r) for s in sizes for r in (0, 1)]
+    for r in records:
+        r["loaded_s"] = 3 * r["measurement"]["median_s"]
     records += [_collective_record(64, 1e-4, bad) for bad in ([], [-1.0], ["x"], None, [True])]
+    for bad, r in zip((-1.0, "x", True, float("nan")), records[-5:]):
+        r["loaded_s"] = bad
     grouped = samples_from_records(records)
     cpu = grouped[("all_reduce", HOST_CPU)]
     assert len(cpu) == 2 * len(sizes) and len(grouped[("all_reduce", "forward")]) == \
-        2 * len(sizes) + 5
+        2 * len(sizes) + 5 and len(grouped[("all_reduce", LOADED)]) == 2 * len(sizes)
     assert cpu[0].seconds == pytest.approx(0.4 * (1e-4 + 16 / 1e9))
     report = FitReport(threads=1)
-    for key in (("all_reduce", "forward"), ("all_reduce", HOST_CPU)):
+    for key in (("all_reduce", "forward"), ("all_reduce", HOST_CPU), ("all_reduce", LOADED)):
         report.predictors[key], report.accuracy[key] = fit_op(*key, grouped[key], SPEC,
                                                               kinds=["comm_interp"])
-    wall, cpu_s = comm_pricer(report)("all_reduce", {"world_size": 4, "bytes": 2 ** 20})
+    params = {"world_size": 4, "bytes": 2 ** 20}
+    wall, cpu_s, loaded_s = comm_pricer(report, loaded=True)("all_reduce", params)
     assert wall == pytest.approx(1e-4 + 2 ** 20 / 1e9, rel=0.05)
     assert cpu_s == pytest.approx(0.4 * wall, rel=0.05)
-    del report.predictors[("all_reduce", HOST_CPU)]
-    assert comm_pricer(report)("all_reduce", {"world_size": 4, "bytes": 2 ** 20})[1] is None
+    assert loaded_s == pytest.approx(3 * wall, rel=0.05)
+    assert comm_pricer(report)("all_reduce", params).loaded_s is None
+    del report.predictors[("all_reduce", HOST_CPU)], report.predictors[("all_reduce", LOADED)]
+    assert comm_pricer(report, loaded=True)("all_reduce", params)[1:] == (None, None)

@@ -244,8 +244,8 @@ def test_accuracy_without_data_says_what_to_do(pytester, planted_results):
 def test_accuracy_of_an_op_never_measured_here_is_skipped_with_how_to_measure_it(
         pytester, planted_results):
     """A fresh device has no collective measurements until a multi-rank run: its
-    accuracy items (time and host CPU) skip, naming the command, while the
-    measured ops are scored."""
+    accuracy items (time, host CPU and time under load) skip, naming the
+    command, while the measured ops are scored."""
     results, key = planted_results
     pytester.makepyfile(MICRO_SUITE.replace('perfmodel_ops("addmm")',
                                             'perfmodel_ops("addmm", "all_reduce")'))
@@ -254,7 +254,7 @@ def test_accuracy_of_an_op_never_measured_here_is_skipped_with_how_to_measure_it
                "--perfmodel-budget=0.01").ret == 0
     out = run(pytester, results, "-m", "accuracy", "-rs")
     outcomes = out.parseoutcomes()
-    assert (outcomes.get("passed"), outcomes.get("skipped"), out.ret) == (1, 2, 0)
+    assert (outcomes.get("passed"), outcomes.get("skipped"), out.ret) == (1, 3, 0)
     out.stdout.fnmatch_lines([f"SKIPPED*all_reduce.forward: no measurements under "
                               f"{results / key}; collectives are measured on several ranks: "
                               f"*--perfmodel-ranks 2*"])

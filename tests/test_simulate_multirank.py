@@ -5,16 +5,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfmodel.simulate import COMM_STREAM, SimTask, simulate, simulate_ranks
+from perfmodel.simulate import COMM_STREAM, SimTask, progress_end, simulate, simulate_ranks
 
 
 def compute(seconds, inputs=(), outputs=()):
     return SimTask("compute", "gemm", seconds, inputs=inputs, outputs=outputs)
 
 
-def collective(seconds, tensor, issue_s=0.0, cpu_s=None):
+def collective(seconds, tensor, issue_s=0.0, cpu_s=None, loaded_s=None):
     return SimTask("all_reduce", "communication", issue_s, kernels=[(COMM_STREAM, seconds)],
-                   inputs=(tensor,), outputs=(tensor,), collective=True, cpu_s=cpu_s)
+                   inputs=(tensor,), outputs=(tensor,), collective=True, cpu_s=cpu_s,
+                   loaded_s=loaded_s)
 
 
 def test_a_collective_starts_when_the_last_rank_issues_it():
@@ -95,6 +96,78 @@ def test_a_collective_takes_only_its_cpu_time_from_the_host():
     assert simulate_ranks([async_only] * 2, comm_host_share=0.5).total_s == pytest.approx(4.35)
 
 
+def comm_lane(result):
+    return [[(start, end) for lane, _, start, end in r.timeline if lane == f"stream {COMM_STREAM}"]
+            for r in result.ranks]
+
+
+def test_a_collective_slows_down_while_its_rank_computes():
+    """Idle 2.0 s, 4.0 s with the host busy throughout: issued at 1.1, a quarter
+    is done by the end of the 1.0 s of compute (2.1); the host then waits, and
+    the other three quarters take 1.5 s at the idle rate."""
+    rank = [compute(1.0), collective(2.0, 7, issue_s=0.1, loaded_s=4.0), compute(1.0),
+            compute(0.2, inputs=(7,))]
+    result = simulate_ranks([rank, rank])
+    assert comm_lane(result) == [[(1.1, pytest.approx(3.6))]] * 2
+    assert result.total_s == pytest.approx(3.6 + 0.2)
+    assert result.ranks[0].host_waits_s == [(pytest.approx(2.1), pytest.approx(3.6))]
+    # a host that computes past the collective's loaded end never waits for it
+    busy = [compute(1.0), collective(2.0, 7, issue_s=0.1, loaded_s=4.0), compute(5.0),
+            compute(0.2, inputs=(7,))]
+    result = simulate_ranks([busy, busy])
+    assert comm_lane(result) == [[(1.1, pytest.approx(5.1))]] * 2
+    assert result.total_s == pytest.approx(6.3)
+    # the collective ends when the slowest rank's share is done: the busy rank's
+    mixed = simulate_ranks([rank, busy])
+    assert comm_lane(mixed) == [[(1.1, pytest.approx(5.1))]] * 2
+    assert mixed.ranks[0].total_s == pytest.approx(5.3)
+    # without a loaded time nothing slows down
+    plain = [compute(1.0), collective(2.0, 7, issue_s=0.1), compute(1.0),
+             compute(0.2, inputs=(7,))]
+    assert simulate_ranks([plain, plain]).total_s == pytest.approx(3.3)
+
+
+def test_a_collective_queued_behind_a_slowed_one_starts_when_it_ends():
+    """Two buckets: the second (issued at the end of compute) waits for the first,
+    whose remaining half runs at the idle rate once the host stops (at 2.0)."""
+    rank = [compute(1.0), collective(2.0, 1, loaded_s=2.0 * 2), compute(1.0),
+            collective(1.0, 2, loaded_s=3.0), compute(0.1, inputs=(1,)),
+            compute(0.1, inputs=(2,))]
+    result = simulate_ranks([rank, rank])
+    # first: 1.0 to 2.0 busy (a quarter), then idle: 1.5 s more -> 3.5. Second from
+    # 3.5: a third of the rate while the host reads the first's output (0.1 s), the
+    # idle rate after: ends 3.6 + (1 - 0.1 / 3) x 1.0
+    second_end = 3.6 + (1 - 0.1 / 3)
+    assert comm_lane(result)[0] == [(1.0, pytest.approx(3.5)), (pytest.approx(3.5),
+                                                               pytest.approx(second_end))]
+    assert result.total_s == pytest.approx(second_end + 0.1)
+
+
+@pytest.mark.parametrize("start, idle, loaded, waits, host_end, end", [
+    (0.0, 1.0, 2.0, [], 10.0, 2.0),            # busy throughout
+    (0.0, 1.0, 2.0, [], 0.0, 1.0),             # host already done
+    (0.0, 1.0, 2.0, [(0.5, 10.0)], 10.0, 1.25),  # a quarter busy, the rest idle
+    (1.0, 1.0, 2.0, [(0.0, 2.0)], 10.0, 2.0),  # started inside a wait
+    (0.0, 1.0, 2.0, [(0.5, 0.75)], 10.0, 1.75),  # busy, idle, busy again
+    (0.0, 2.0, 1.0, [], 10.0, 2.0),            # "loaded" below idle counts as idle
+    (0.0, 0.0, 1.0, [], 10.0, 0.0),            # a free collective
+])
+def test_progress_end(start, idle, loaded, waits, host_end, end):
+    assert progress_end(start, idle, loaded, waits, host_end) == pytest.approx(end)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(0.0, 5.0), st.floats(1e-3, 2.0), st.floats(1.0, 20.0),
+       st.lists(st.floats(0.0, 1.0), max_size=8), st.floats(0.0, 10.0))
+def test_progress_end_lies_between_the_idle_and_the_loaded_time(start, idle, factor, cuts,
+                                                               host_end):
+    edges = sorted(cuts)
+    waits = [(a * 10, b * 10) for a, b in zip(edges[::2], edges[1::2]) if b > a]
+    end = progress_end(start, idle, idle * factor, waits, host_end)
+    assert start + idle - 1e-9 <= end <= start + idle * factor + 1e-9
+    assert end <= progress_end(start, idle, idle * factor * 1.5, waits, host_end) + 1e-9
+
+
 _rank = st.lists(st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 1.0), st.booleans()),
                  min_size=1, max_size=6)
 
@@ -118,6 +191,17 @@ def test_predicted_covers_every_rank_and_the_communication(ranks, data):
     share = data.draw(st.floats(0.0, 1.0))
     result = simulate_ranks(task_lists, comm_host_share=share)
     assert result.total_s >= simulate_ranks(task_lists).total_s - 1e-9
+    # slowed down by the rank's compute, the iteration never gets shorter
+    factors = [data.draw(st.floats(1.0, 5.0)) for _ in range(n)]
+    for tasks in task_lists:
+        for task, factor in zip([t for t in tasks if t.collective], factors):
+            task.loaded_s = task.kernels[0][1] * factor
+    loaded = simulate_ranks(task_lists, comm_host_share=share)
+    assert loaded.total_s >= result.total_s - 1e-9
+    assert all(loaded.total_s >= c - 1e-9 for c in compute_alone)
+    for tasks in task_lists:
+        for task in tasks:
+            task.loaded_s = None
     assert result.total_s == max(r.total_s for r in result.ranks)
     assert all(result.total_s >= c - 1e-9 for c in compute_alone)
     assert result.total_s >= sum(durations) - 1e-9

@@ -27,6 +27,15 @@ RECORD_PARAM_COMMS = "record_param_comms"
 #: over the timed calls, mean over ranks (``rank_cpu_s`` of the microbench
 #: record). Not a training direction: no microbench item runs it.
 HOST_CPU = "host_cpu"
+#: The direction under which a collective's *loaded* time is fitted: its wall
+#: time from issue to completion while every rank's own thread keeps computing
+#: (``loaded_s`` of the microbench record, the mean over calls of the slowest
+#: rank's). Gloo's worker threads then wait for the cores: on 2 cores and 2
+#: one-thread ranks a 1 MiB all_reduce took about 8 ms loaded against 1 ms idle.
+#: Measured on CPU devices only, and only where the ranks' compute threads do not
+#: outnumber the cores (there the iteration is bound by CPU throughput instead).
+#: Not a training direction: no microbench item runs it.
+LOADED = "loaded"
 
 
 class Collective(OpDef):
@@ -51,8 +60,9 @@ class Collective(OpDef):
 
     @property
     def predicted(self) -> tuple[str, ...]:
-        """Its time, and its host CPU time (:data:`HOST_CPU`)."""
-        return (*self.directions, HOST_CPU)
+        """Its time, its host CPU time (:data:`HOST_CPU`) and its time under
+        compute load (:data:`LOADED`)."""
+        return (*self.directions, HOST_CPU, LOADED)
 
     # -- facts ---------------------------------------------------------------------
     def bus_factor(self, world_size: int) -> float:
@@ -97,6 +107,14 @@ class Collective(OpDef):
     def make_runner(self, params, dtype, direction, device):
         """A callable that runs the collective once on every rank and waits for it
         (up to the world's per-collective timeout)."""
+        from perfmodel.distributed import current_world
+
+        issue, world = self.make_issue(params, dtype, device), current_world()
+        return lambda: world.wait(issue(), self.name, params)
+
+    def make_issue(self, params, dtype, device):
+        """A callable that issues the collective once (async) on this rank and
+        returns its work handle; the caller waits for it."""
         import torch
 
         from perfmodel.distributed import current_world
@@ -107,8 +125,7 @@ class Collective(OpDef):
                              f"this world has {world.size}")
         elements = params["bytes"] // DTYPE_BYTES[dtype]
         x = torch.ones(elements, dtype=torch_dtype(dtype), device=device)
-        call = self.call(x, world.rank, world.size)
-        return lambda: world.wait(call(), self.name, params)
+        return self.call(x, world.rank, world.size)
 
     def call(self, x, rank: int, world_size: int):
         """A zero-argument function issuing the collective (async) on input ``x``
