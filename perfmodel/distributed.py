@@ -426,15 +426,9 @@ def _replicate(world: World, time_block, settings, loaded=None) -> CollectiveRes
 
 def measures_loaded(world: World) -> bool:
     """Whether this world's collectives are also timed under compute load: on a
-    CPU, where the ranks of this host with their torch threads fit on its cores
-    (more ranks than cores time-share them, and CPU throughput bounds the
-    iteration instead; see :func:`perfmodel.multirank.oversubscription`)."""
-    import torch
-
-    from perfmodel.device import usable_cpus
-
-    return (world.device or "").startswith("cpu") and \
-        world.local_size * torch.get_num_threads() <= usable_cpus()
+    CPU, where gloo's threads share the cores with the ranks' compute (NCCL's
+    kernels run on the GPU beside it)."""
+    return (world.device or "").startswith("cpu")
 
 
 def _time_loaded(world: World, issue, op: str, params: Mapping[str, int]

@@ -122,19 +122,23 @@ class RanksPrediction:
     no_predictor: dict[str, int]
 
 
-def comm_pricer(fit, loaded: bool = False) -> Callable[[str, dict[str, int]], CommPrice]:
+def comm_pricer(fit) -> Callable[[str, dict[str, int]], CommPrice]:
     """``(op, params) ->`` :class:`~perfmodel.predict.CommPrice` of a collective
     from ``fit``'s communication predictors: its time (a median), the host CPU
     time a rank spends in it (the ``host_cpu`` predictor, a mean per call: with
     a long tail of slow calls it can exceed the median time; None when ``fit``
-    has none, which counts the whole time as CPU) and, with ``loaded``, its
-    time while the rank computes (the ``loaded`` predictor; None when ``fit``
-    has none). LookupError naming the suite to run when the time predictor is
-    missing."""
-    def optional(op: str, direction: str, params: dict[str, int]) -> float | None:
+    has none, which counts the whole time as CPU) and its time while the ranks
+    compute (the ``loaded`` predictor; None when ``fit`` has none or did not
+    measure it at this world size: a loaded time does not carry over between
+    world sizes, as an idle one does). LookupError naming the suite to run when
+    the time predictor is missing."""
+    def optional(op: str, direction: str, params: dict[str, int],
+                 measured_world_only: bool = False) -> float | None:
         try:
             predictor = fit.predictor(op, direction)
         except LookupError:
+            return None
+        if measured_world_only and params["world_size"] not in measured_world_sizes(predictor):
             return None
         return max(0.0, float(predictor.predict("float32", [params])[0]))
 
@@ -148,9 +152,14 @@ def comm_pricer(fit, loaded: bool = False) -> Callable[[str, dict[str, int]], Co
                 f"'microbench and collective'") from None
         wall = max(0.0, float(predictor.predict("float32", [params])[0]))
         return CommPrice(wall, optional(op, HOST_CPU, params),
-                         optional(op, LOADED, params) if loaded else None)
+                         optional(op, LOADED, params, measured_world_only=True))
 
     return price
+
+
+def measured_world_sizes(predictor) -> set[int]:
+    """The world sizes a fitted communication predictor was measured at."""
+    return {int(w) for w in getattr(predictor.estimator, "world_", ())}
 
 
 def predict_ranks(graphs: list[Graph], fit, table: OverheadTable,
@@ -161,13 +170,10 @@ def predict_ranks(graphs: list[Graph], fit, table: OverheadTable,
     collective's CPU time, are multiplied by ``cpu_share`` (>= 1, see
     :func:`oversubscription`); the collectives' times are not: they were
     measured on ranks sharing the CPU. ``comm_share`` of each collective's CPU
-    time is charged to its rank's host (see :func:`comm_host_share`). Where the
-    ranks are not oversubscribed (``cpu_share`` 1) a collective that overlaps
-    its rank's compute slows down to its ``loaded`` time (see
-    :mod:`perfmodel.simulate`); oversubscribed ranks keep every core busy until
-    the slowest is done, so CPU throughput, not each rank's own host, paces
-    the collectives there, as their idle times measured on such ranks show."""
-    comm = comm_pricer(fit, loaded=cpu_share == 1.0)
+    time is charged to its rank's host (see :func:`comm_host_share`). A
+    collective that overlaps its rank's compute slows down to its ``loaded``
+    time, where measured (see :mod:`perfmodel.simulate`)."""
+    comm = comm_pricer(fit)
     per_rank, missing = [], {}
     for graph in graphs:
         tasks, rank_missing = sim_tasks(graph, fit, table, False, bias, comm)

@@ -30,11 +30,10 @@ HOST_CPU = "host_cpu"
 #: The direction under which a collective's *loaded* time is fitted: its wall
 #: time from issue to completion while every rank's own thread keeps computing
 #: (``loaded_s`` of the microbench record, the mean over calls of the slowest
-#: rank's). Gloo's worker threads then wait for the cores: on 2 cores and 2
-#: one-thread ranks a 1 MiB all_reduce took about 8 ms loaded against 1 ms idle.
-#: Measured on CPU devices only, and only where the ranks' compute threads do not
-#: outnumber the cores (there the iteration is bound by CPU throughput instead).
-#: Not a training direction: no microbench item runs it.
+#: rank's). Gloo's worker threads then wait for the cores: on 2 cores a 1 MiB
+#: all_reduce took 7.0 ms loaded against 0.9 ms idle at 2 one-thread ranks, and
+#: 151 ms against 7.5 ms at 4. Measured on CPU devices only (NCCL runs on the
+#: GPU). Not a training direction: no microbench item runs it.
 LOADED = "loaded"
 
 
