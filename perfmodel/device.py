@@ -562,8 +562,10 @@ def detect_device(
     CPU specs are measured with `threads` torch threads (default: current setting) and
     cached in `results_dir/<key>/device.json`. A spec for fewer threads than that file's
     (e.g. one MPI rank of several sharing the host) goes to `device-<N>threads.json`
-    instead, so ranks never replace the whole-host spec. Without `results_dir` nothing
-    is read or written.
+    instead, so ranks never replace the whole-host spec; a spec for more threads
+    replaces that file's and moves it to its own `device-<N>threads.json` (a device
+    first measured by ranks keeps their spec). Without `results_dir` nothing is read
+    or written.
     """
     import torch
 
@@ -589,5 +591,9 @@ def detect_device(
             return cached
     spec = measure_cpu_spec(threads=effective_threads)
     keep_main = main is not None and (main.threads or 0) > effective_threads
+    if main is not None and not keep_main and main.threads:
+        displaced = folder / f"device-{main.threads}threads.json"
+        if not displaced.exists():
+            write_json_atomic(displaced, main.to_dict())
     write_json_atomic(own_path if keep_main else main_path, spec.to_dict())
     return spec

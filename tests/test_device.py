@@ -319,6 +319,11 @@ def test_detect_device_more_threads_replace_the_main_cache(tmp_path, monkeypatch
     monkeypatch.setattr(device, "measure_cpu_spec", lambda threads=None: fresh)
     assert detect_device("cpu", results_dir=tmp_path, threads=2) == fresh
     assert DeviceSpec.from_dict(json.loads(path.read_text())) == fresh
+    # the one-thread spec (a device first measured by MPI ranks) is kept beside it
+    beside = path.parent / "device-1threads.json"
+    assert DeviceSpec.from_dict(json.loads(beside.read_text())) == cached
+    monkeypatch.setattr(device, "measure_cpu_spec", must_not_measure)
+    assert detect_device("cpu", results_dir=tmp_path, threads=1) == cached
 
 
 def test_detect_device_first_run_writes_cache(tmp_path, monkeypatch):
