@@ -57,10 +57,16 @@ MIN_BLOCK_S = 2e-5
 #: Most samples per replicate.
 MAX_SAMPLES = 2000
 #: Calls timed under compute load per replicate, after one warm-up call: as many
-#: as fit in :data:`LOADED_BUDGET_S` at the warm-up's pace, within these bounds.
-#: A loaded call's time comes in steps of the scheduler's slice (about 3.7 ms
-#: here: a 4 KiB all_reduce at 2 ranks took 3.6, 7.5 or 12 ms), so one needs many.
+#: as fit in :data:`LOADED_BUDGET_S` at the warm-up's pace, within these bounds
+#: (see :func:`loaded_calls`). A short loaded call's time comes in steps of the
+#: scheduler's slice (about 3.7 ms here: a 4 KiB all_reduce at 2 ranks took 3.6,
+#: 7.5 or 12 ms), so one needs many.
 LOADED_CALLS = (9, 41)
+#: A loaded call at least this long (s) spans dozens of scheduler slices, and
+#: :data:`LOADED_CALLS_LONG` of them are enough (a 64 MiB all_gather at 4 ranks
+#: on 2 cores took 1.2 s loaded: 9 calls and 2 replicates were 22 s per config).
+LONG_LOADED_S = 0.1
+LOADED_CALLS_LONG = 3
 #: Time the loaded calls of one replicate aim to take (s).
 LOADED_BUDGET_S = 0.3
 #: Shape of the compute unit a rank repeats while its collective runs under load:
@@ -473,12 +479,20 @@ def _time_loaded(world: World, issue, op: str, params: Mapping[str, int]
         waiter.join()
         if calls is None:
             slowest = _max_over_ranks(world, [elapsed])
-            low, high = LOADED_CALLS
-            calls = world.comm.bcast(slowest and min(high, max(
-                low, math.ceil(LOADED_BUDGET_S / max(slowest[0], 1e-9)))), root=0)
+            calls = world.comm.bcast(slowest and loaded_calls(slowest[0]), root=0)
         else:
             times.append(elapsed)
     return _max_over_ranks(world, times)
+
+
+def loaded_calls(warm_s: float) -> int:
+    """How many calls to time under load after a warm-up call of ``warm_s`` (s):
+    as many as fit in :data:`LOADED_BUDGET_S`, within :data:`LOADED_CALLS`, or
+    :data:`LOADED_CALLS_LONG` for calls of :data:`LONG_LOADED_S` or more."""
+    if warm_s >= LONG_LOADED_S:
+        return LOADED_CALLS_LONG
+    low, high = LOADED_CALLS
+    return min(high, max(low, math.ceil(LOADED_BUDGET_S / max(warm_s, 1e-9))))
 
 
 def _max_over_ranks(world: World, values: list[float]) -> list[float] | None:

@@ -229,6 +229,15 @@ def test_a_world_of_one_measures_a_collective_and_records_bandwidths():
     assert record["loaded_s"] == results[0].loaded_s
 
 
+@pytest.mark.parametrize("warm_s, calls", [
+    (1e-6, 41), (0.004, 41), (0.01, 30), (0.03, 10), (0.05, 9), (0.099, 9),
+    (0.1, 3), (5.0, 3)])
+def test_loaded_calls_fill_the_budget_within_bounds(warm_s, calls):
+    from perfmodel.distributed import loaded_calls
+
+    assert loaded_calls(warm_s) == calls
+
+
 def test_loaded_times_are_taken_on_cpu_worlds_only():
     """Gloo shares the cores with the compute, however many ranks; NCCL does not."""
     from perfmodel.distributed import World, measures_loaded
