@@ -384,11 +384,12 @@ def measure_collective(case, world: World, settings, replicates: int = 2
     op = get_op(case.op)
     runner = op.make_runner(case.params, case.dtype, case.direction, world.device)
     sync = torch.cuda.synchronize if world.device.startswith("cuda") else (lambda: None)
-    issue = op.make_issue(case.params, case.dtype, world.device) \
-        if measures_loaded(world) else None
+    loaded = None
+    if measures_loaded(world):
+        issue = op.make_issue(case.params, case.dtype, world.device)
 
-    def loaded() -> list[float] | None:
-        return _time_loaded(world, issue, case.op, case.params)
+        def loaded() -> list[float] | None:
+            return _time_loaded(world, issue, case.op, case.params)
 
     def time_block(number: int) -> tuple[float, float]:
         """Wall and process CPU seconds of ``number`` calls."""
@@ -402,8 +403,7 @@ def measure_collective(case, world: World, settings, replicates: int = 2
         return (time.perf_counter_ns() - start) / 1e9, (time.process_time_ns() - cpu) / 1e9
 
     try:
-        results = [_replicate(world, time_block, settings, loaded if issue else None)
-                   for _ in range(replicates)]
+        results = [_replicate(world, time_block, settings, loaded) for _ in range(replicates)]
     except Exception as exc:  # a barrier timed out, a peer vanished, ...: end every rank
         world.abort(world.describe_failure(case.op, case.params, exc))
     return [r for r in results if r is not None]
@@ -420,14 +420,14 @@ def _replicate(world: World, time_block, settings, loaded=None) -> CollectiveRes
     slowest = _max_over_ranks(world, [min(warm[1:])])
     number = world.comm.bcast(slowest and block_size(slowest[0], MIN_BLOCK_S), root=0)
     result = _sample(world, time_block, number, settings)
-    loaded_calls = loaded() if loaded is not None else None
+    loaded_times = loaded() if loaded is not None else None
     if result is None:
         return None
     samples, per_rank, cpu_per_rank, reason = result
     return CollectiveResult(_measurement(samples, number, reason, torch.get_num_threads()),
                             tuple(float(sorted(s)[len(s) // 2]) for s in per_rank),
                             tuple(float(c) for c in cpu_per_rank),
-                            statistics.fmean(loaded_calls) if loaded_calls else None)
+                            statistics.fmean(loaded_times) if loaded_times else None)
 
 
 def measures_loaded(world: World) -> bool:
@@ -439,10 +439,11 @@ def measures_loaded(world: World) -> bool:
 
 def _time_loaded(world: World, issue, op: str, params: Mapping[str, int]
                  ) -> list[float] | None:
-    """Wall seconds from issue to completion of :data:`LOADED_CALLS` calls (after
-    one warm-up, which sets their number) while every rank's own thread keeps computing (repeated
-    :data:`LOAD_UNIT_MKN` products, as a rank's backward does while DDP's
-    all-reduce runs); per call the slowest rank's, at rank 0 (None elsewhere).
+    """Wall seconds from issue to completion of :func:`loaded_calls` calls (after
+    one warm-up, which sets their number) while every rank's own thread keeps
+    computing (repeated :data:`LOAD_UNIT_MKN` products, as a rank's backward
+    does while DDP's all-reduce runs); per call the slowest rank's, at rank 0
+    (None elsewhere).
     A call not complete within the world's timeout aborts the run like any.
 
     A helper thread waits for the work handle (gloo's reduce_scatter handle never

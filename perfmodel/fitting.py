@@ -226,13 +226,13 @@ def samples_from_records(records: Iterable[dict]) -> dict[tuple[str, str], list[
         run_id, replicate = str(r.get("run_id")), int(r["replicate"])
         grouped.setdefault((r["op"], r["direction"]), []).append(
             Sample(r["dtype"], params, float(r["measurement"]["median_s"]), run_id, replicate))
-        cpu = r.get("rank_cpu_s")
-        if r["op"] in OPS and OPS[r["op"]].family == "collective" and isinstance(cpu, list) \
-                and cpu and all(is_seconds(v) for v in cpu):
+        if not (r["op"] in OPS and OPS[r["op"]].family == "collective"):
+            continue
+        cpu, loaded = r.get("rank_cpu_s"), r.get("loaded_s")
+        if isinstance(cpu, list) and cpu and all(is_seconds(v) for v in cpu):
             grouped.setdefault((r["op"], HOST_CPU), []).append(
                 Sample(r["dtype"], params, float(np.mean(cpu)), run_id, replicate))
-        loaded = r.get("loaded_s")
-        if r["op"] in OPS and OPS[r["op"]].family == "collective" and is_seconds(loaded):
+        if is_seconds(loaded):
             grouped.setdefault((r["op"], LOADED), []).append(
                 Sample(r["dtype"], params, float(loaded), run_id, replicate))
     return grouped
