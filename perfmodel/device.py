@@ -18,7 +18,7 @@ import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from perfmodel.plaindata import dataclass_from_dict, write_json_atomic
 
@@ -481,24 +481,27 @@ def measure_gemm_flops(
     return best
 
 
-def measure_triad_bandwidth(llc_bytes: int = 0, budget_s: float = 0.2) -> float:
-    """STREAM-style triad a = b + s*c on float32 arrays well beyond the LLC (B/s, best sample).
-
-    Arrays are 4 x LLC, clamped to 64..256 MiB each; bytes moved = 3 x array bytes.
-    """
+def triad_kernel(llc_bytes: int = 0) -> tuple[Callable[[], Any], int]:
+    """A STREAM-style triad a = b + s*c on float32 arrays well beyond the LLC, and
+    the bytes one call moves (B). Arrays are 4 x LLC, clamped to 64..256 MiB
+    each; bytes moved = 3 x array bytes."""
     import torch
-
-    from perfmodel.timing import Timer
 
     array_bytes = min(max(4 * llc_bytes, 64 * _MIB), 256 * _MIB)
     n = array_bytes // 4
     b = torch.ones(n, dtype=torch.float32)
     c = torch.full((n,), 2.0, dtype=torch.float32)
     a = torch.empty(n, dtype=torch.float32)
-    m = Timer(
-        lambda: torch.add(b, c, alpha=3.0, out=a), budget_s=budget_s, warmup_s=0.0, min_warmup=2, min_samples=3
-    ).measure()
-    return 3.0 * array_bytes / m.min_s
+    return (lambda: torch.add(b, c, alpha=3.0, out=a)), 3 * array_bytes
+
+
+def measure_triad_bandwidth(llc_bytes: int = 0, budget_s: float = 0.2) -> float:
+    """Bandwidth of :func:`triad_kernel` (B/s, best sample)."""
+    from perfmodel.timing import Timer
+
+    fn, moved = triad_kernel(llc_bytes)
+    m = Timer(fn, budget_s=budget_s, warmup_s=0.0, min_warmup=2, min_samples=3).measure()
+    return moved / m.min_s
 
 
 def measure_cpu_spec(threads: int | None = None) -> DeviceSpec:

@@ -42,8 +42,12 @@ SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
 LOCAL_RANK_VARS = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK")
 LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
 #: Test hook: ``exit:R`` makes rank R exit, ``hang:R`` makes it hang, inside its
-#: first collective (after issuing it), to check the failure path.
+#: first collective (after issuing it), to check the failure path; with a
+#: phase, ``exit:R:loaded`` or ``hang:R:loaded``, inside its first collective
+#: timed under compute load (:func:`_time_loaded`) instead.
 FAULT_VAR = "PERFMODEL_FAULT"
+#: Phases of a collective's measurement that :data:`FAULT_VAR` can name.
+FAULT_PHASES = ("idle", "loaded")
 #: Default per-collective timeout (s).
 DEFAULT_TIMEOUT_S = 60.0
 #: How long a rank that saw a collective fail waits for the others to report (s).
@@ -148,7 +152,7 @@ class World:
     peers: list = field(default_factory=list)  # (host name, pid) of every rank
     #: Called before an abort writes its message (e.g. to stop output capture).
     before_abort: Callable[[], None] | None = None
-    _fault: tuple[str, int] | None = field(default=None, repr=False)
+    _fault: tuple[str, int, str] | None = field(default=None, repr=False)
 
     @property
     def is_mpi(self) -> bool:
@@ -201,10 +205,11 @@ class World:
         self.comm.Abort(code)
         os._exit(code)
 
-    def wait(self, work, op: str, params: Mapping[str, int]) -> None:
+    def wait(self, work, op: str, params: Mapping[str, int], phase: str = "idle") -> None:
         """Wait for a collective's ``work`` handle, up to ``timeout_s``; on failure
-        report the ranks that did not complete it and abort the run."""
-        if self._fault is not None and self._fault[1] == self.rank:
+        report the ranks that did not complete it and abort the run. ``phase``
+        (one of :data:`FAULT_PHASES`) is where the wait is, for the fault hook."""
+        if self._fault is not None and self._fault[1:] == (self.rank, phase):
             if self._fault[0] == "exit":
                 os._exit(1)
             time.sleep(10 * self.timeout_s + 60)
@@ -285,11 +290,25 @@ def mpi_world() -> World:
             comm = MPI.COMM_WORLD
         local_rank, local_size = local_ranks()
         peers = comm.allgather((socket.gethostname(), os.getpid())) if launcher_world() else []
-        mode, _, rank = os.environ.get(FAULT_VAR, "").partition(":")
-        fault = (mode, int(rank)) if mode in ("exit", "hang") and rank.isdigit() else None
+        fault = parse_fault(os.environ.get(FAULT_VAR, ""))
         _WORLD = World(comm.Get_rank(), comm.Get_size(), local_rank, local_size, comm,
                        peers=peers, _fault=fault)
     return _WORLD
+
+
+def parse_fault(spec: str) -> tuple[str, int, str] | None:
+    """(mode, rank, phase) of a :data:`FAULT_VAR` value (``hang:1``,
+    ``exit:0:loaded``); None when it is empty; ValueError naming the variable
+    and the value otherwise (a mistyped fault must not let a test pass)."""
+    if not spec:
+        return None
+    mode, _, rest = spec.partition(":")
+    rank, _, phase = rest.partition(":")
+    phase = phase or "idle"
+    if mode not in ("exit", "hang") or not rank.isdigit() or phase not in FAULT_PHASES:
+        raise ValueError(f"{FAULT_VAR}={spec!r}: expected exit:<rank> or hang:<rank>, "
+                         f"optionally followed by :<phase> with a phase in {FAULT_PHASES}")
+    return mode, int(rank), phase
 
 
 def _free_port() -> int:
@@ -379,13 +398,14 @@ def measure_collective(case, world: World, settings, replicates: int = 2
     import torch
     import torch.distributed as dist
 
+    from perfmodel.device import usable_cpus
     from perfmodel.ops import get_op
 
     op = get_op(case.op)
     runner = op.make_runner(case.params, case.dtype, case.direction, world.device)
     sync = torch.cuda.synchronize if world.device.startswith("cuda") else (lambda: None)
     loaded = None
-    if measures_loaded(world):
+    if measures_loaded(world, torch.get_num_threads(), usable_cpus()):
         issue = op.make_issue(case.params, case.dtype, world.device)
 
         def loaded() -> list[float] | None:
@@ -430,11 +450,15 @@ def _replicate(world: World, time_block, settings, loaded=None) -> CollectiveRes
                             statistics.fmean(loaded_times) if loaded_times else None)
 
 
-def measures_loaded(world: World) -> bool:
+def measures_loaded(world: World, threads: int, cores: int) -> bool:
     """Whether this world's collectives are also timed under compute load: on a
     CPU, where gloo's threads share the cores with the ranks' compute (NCCL's
-    kernels run on the GPU beside it)."""
-    return (world.device or "").startswith("cpu")
+    kernels run on the GPU beside it), when the ranks on this host, ``threads``
+    torch threads each, fit on its ``cores`` cores. With more compute threads
+    than cores the multi-rank prediction already stretches each rank's host work
+    by the time-sharing and charges it the collectives' CPU time, and it does
+    not use loaded times there (:func:`perfmodel.multirank.comm_pricer`)."""
+    return (world.device or "").startswith("cpu") and world.local_size * threads <= cores
 
 
 def _time_loaded(world: World, issue, op: str, params: Mapping[str, int]
@@ -463,7 +487,7 @@ def _time_loaded(world: World, issue, op: str, params: Mapping[str, int]
         done = threading.Event()
 
         def wait_for(work) -> None:
-            world.wait(work, op, params)
+            world.wait(work, op, params, phase="loaded")
             done.set()
 
         start = time.perf_counter()

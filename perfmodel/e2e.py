@@ -78,6 +78,9 @@ class E2EResult:
     #: training-data id of the fit that predicted it
     #: (:attr:`perfmodel.fitting.FitReport.data_id`); None when not known
     fit_data: str | None = None
+    #: on several ranks of one host: the slowdown of memory-bound ops beside the
+    #: other ranks that they measured (:meth:`perfmodel.contention.Contention.to_dict`)
+    contention: dict[str, float] | None = None
     prediction: Prediction | None = field(default=None, repr=False)
     graph: Graph | None = field(default=None, repr=False)
 
@@ -124,7 +127,8 @@ class E2EResult:
                 "traced_s": self.traced_s,
                 "overhead_workloads": list(self.overhead_workloads), "bias": self.bias,
                 "traced_gaps_s": self.traced_gaps_s, "first_measured_s": self.first_measured_s,
-                **({"fit_data": self.fit_data} if self.fit_data else {}), "env": env}
+                **({"fit_data": self.fit_data} if self.fit_data else {}),
+                **({"contention": self.contention} if self.contention else {}), "env": env}
 
 
 def traced_breakdown(graph: Graph) -> dict[str, float]:

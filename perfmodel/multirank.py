@@ -48,10 +48,12 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from perfmodel.contention import Contention, measure_contention
 from perfmodel.e2e import (MEASURE, TRACE_ITERATIONS, TRACE_WARMUP, E2EResult, IterationTiming,
                            shared_table, traces_dir)
 from perfmodel.graph import Graph, build_graph
@@ -122,16 +124,16 @@ class RanksPrediction:
     no_predictor: dict[str, int]
 
 
-def comm_pricer(fit) -> Callable[[str, dict[str, int]], CommPrice]:
+def comm_pricer(fit, loaded: bool = True) -> Callable[[str, dict[str, int]], CommPrice]:
     """``(op, params) ->`` :class:`~perfmodel.predict.CommPrice` of a collective
     from ``fit``'s communication predictors: its time (a median), the host CPU
     time a rank spends in it (the ``host_cpu`` predictor, a mean per call: with
     a long tail of slow calls it can exceed the median time; None when ``fit``
-    has none, which counts the whole time as CPU) and its time while the ranks
-    compute (the ``loaded`` predictor; None when ``fit`` has none or did not
-    measure it at this world size: a loaded time does not carry over between
-    world sizes, as an idle one does). LookupError naming the suite to run when
-    the time predictor is missing."""
+    has none, which counts the whole time as CPU) and, with ``loaded``, its time
+    while the ranks compute (the ``loaded`` predictor; None when ``fit`` has
+    none or did not measure it at this world size: a loaded time does not carry
+    over between world sizes, as an idle one does). LookupError naming the
+    suite to run when the time predictor is missing."""
     def optional(op: str, direction: str, params: dict[str, int],
                  measured_world_only: bool = False) -> float | None:
         try:
@@ -152,7 +154,8 @@ def comm_pricer(fit) -> Callable[[str, dict[str, int]], CommPrice]:
                 f"'microbench and collective'") from None
         wall = max(0.0, float(predictor.predict("float32", [params])[0]))
         return CommPrice(wall, optional(op, HOST_CPU, params),
-                         optional(op, LOADED, params, measured_world_only=True))
+                         optional(op, LOADED, params, measured_world_only=True)
+                         if loaded else None)
 
     return price
 
@@ -164,19 +167,30 @@ def measured_world_sizes(predictor) -> set[int]:
 
 def predict_ranks(graphs: list[Graph], fit, table: OverheadTable,
                   bias: dict[str, float] | None = None, keep_timeline: bool = True,
-                  cpu_share: float = 1.0, comm_share: float = 0.0) -> RanksPrediction:
+                  cpu_share: float = 1.0, comm_share: float = 0.0,
+                  contention: Contention | None = None) -> RanksPrediction:
     """Predict one iteration of the ranks whose task graphs are ``graphs``
-    (rank order); the predicted time is the slowest rank's. Host time, and each
-    collective's CPU time, are multiplied by ``cpu_share`` (>= 1, see
-    :func:`oversubscription`); the collectives' times are not: they were
-    measured on ranks sharing the CPU. ``comm_share`` of each collective's CPU
-    time is charged to its rank's host (see :func:`comm_host_share`). A
-    collective that overlaps its rank's compute slows down to its ``loaded``
-    time, where measured (see :mod:`perfmodel.simulate`)."""
-    comm = comm_pricer(fit)
+    (rank order); the predicted time is the slowest rank's. Ops run slower
+    beside the other ranks by ``contention`` (None: as fast as alone; see
+    :mod:`perfmodel.contention`). Host time, and each collective's CPU time, are
+    then multiplied by ``cpu_share`` (>= 1, see :func:`oversubscription`); the
+    collectives' times are not: they were measured on ranks sharing the CPU.
+    ``comm_share`` of each collective's CPU time is charged to its rank's host
+    (see :func:`comm_host_share`). A collective that overlaps its rank's compute
+    slows down to its ``loaded`` time, where measured (see
+    :mod:`perfmodel.simulate`) and where the ranks' threads fit on the cores
+    (``cpu_share`` 1). On time-shared cores the host work is already stretched
+    by ``cpu_share`` and charged the collectives' CPU time, and a loaded time
+    (every rank computing without pause beside the collective) counts that lost
+    core time a second time: at 4 one-thread ranks on 2 cores, with loaded
+    times, ``ddp_mlp`` and ``dlrm_mp`` were over-predicted by 17-27%, and
+    without them by 0-2% (README, Several ranks)."""
+    comm = comm_pricer(fit, loaded=cpu_share <= 1.0)
+    beside = None if contention is None else (
+        lambda task, s: contention.seconds(task.op, task.params, task.dtype, task.direction, s))
     per_rank, missing = [], {}
     for graph in graphs:
-        tasks, rank_missing = sim_tasks(graph, fit, table, False, bias, comm)
+        tasks, rank_missing = sim_tasks(graph, fit, table, False, bias, comm, beside)
         for task in tasks:
             task.host_s *= cpu_share
             if task.cpu_s is not None:
@@ -329,7 +343,7 @@ def result_from_record(data: dict) -> E2EResult:
         data["predicted_s"], data["breakdown_s"], data["predicted_own_s"], data["regions_s"],
         [tuple(row) for row in data["unmodelled"]], data["no_predictor"], data["n_tasks"],
         data["traced_s"], tuple(data["overhead_workloads"]), data["bias"],
-        fit_data=data.get("fit_data"))
+        fit_data=data.get("fit_data"), contention=data.get("contention"))
 
 
 # -- the ranks ------------------------------------------------------------------------------
@@ -345,26 +359,46 @@ def dump_stacks_on_sigterm() -> None:
 
 
 def rank_main(argv: list[str] | None = None) -> int:
-    """One rank of :func:`run_multirank` (``python -m perfmodel.multirank``)."""
-    import torch
-    import torch.distributed as dist
-
-    from perfmodel.allocator import keep_freed_memory
-    from perfmodel.distributed import init_distributed, shutdown_distributed, threads_per_rank
-    from perfmodel.store import ResultStore
-    from perfmodel.workloads import get_multirank_workload
+    """One rank of :func:`run_multirank` (``python -m perfmodel.multirank``). An
+    error on any rank ends every rank at once (``MPI_Abort``) with one line
+    naming the workload and the error, after its traceback."""
+    from perfmodel.distributed import init_distributed, shutdown_distributed
 
     args = _parser().parse_args(argv)
     dump_stacks_on_sigterm()
     world = init_distributed("cpu")
+    label = f"{args.workload}@{world.size}"
+    try:
+        _run_rank(args, world, label)
+    except Exception as exc:  # the other ranks would wait for this one until the timeout
+        traceback.print_exc()
+        world.abort(f"{label}: {type(exc).__name__}: {exc}")
+    world.barrier()
+    shutdown_distributed()
+    return 0
+
+
+def _run_rank(args: argparse.Namespace, world, label: str) -> None:
+    """The work of :func:`rank_main` on one rank: build, measure the contention,
+    trace, time; and on rank 0 predict and write the JSON result."""
+    import torch
+    import torch.distributed as dist
+
+    from perfmodel.allocator import keep_freed_memory
+    from perfmodel.device import cpu_cache_sizes
+    from perfmodel.distributed import threads_per_rank
+    from perfmodel.store import ResultStore
+    from perfmodel.workloads import get_multirank_workload
+
     torch.set_num_threads(threads_per_rank(args.cores, world.local_size))
     keep_freed_memory()
     cfg = get_multirank_workload(args.workload)
     if SIZES[args.profile] == "tiny":
         cfg = cfg.tiny()
-    label = f"{args.workload}@{world.size}"
     step = cfg.build("cpu", seed=0)
     store = ResultStore(Path(args.results), args.device_key)
+    contention = measure_contention(world, torch.get_num_threads(), args.cores,
+                                    cpu_cache_sizes()[1])
     files = [_files(traces_dir(store.dir), f"{label}.rank{r}") for r in range(world.size)]
     capture_trace(step.step, traces_dir(store.dir), f"{label}.rank{world.rank}",
                   TRACE_ITERATIONS, TRACE_WARMUP)
@@ -376,26 +410,27 @@ def rank_main(argv: list[str] | None = None) -> int:
         table, _ = shared_table(store.dir, args.bandwidth)
         graphs = [build_graph(load_trace(f.et, f.kineto, f.calibration)) for f in files]
         record = result_record(label, graphs, fit, table, args.bandwidth, timing,
-                               json.loads(args.bias), torch.get_num_threads(), args.cores)
+                               json.loads(args.bias), torch.get_num_threads(), args.cores,
+                               contention)
         write_json_atomic(Path(args.out), record)
-    world.barrier()
-    shutdown_distributed()
-    return 0
 
 
 def result_record(label: str, graphs: list[Graph], fit, table: OverheadTable,
                   bandwidth_B_per_s: float, timing: tuple[IterationTiming, list[float]],
-                  bias: dict[str, float], threads: int, cores: int) -> dict:
+                  bias: dict[str, float], threads: int, cores: int,
+                  contention: Contention | None = None) -> dict:
     """Rank 0's JSON result: measured and predicted iteration (s), breakdown
-    (mean per rank, s), per-rank predictions and medians, what was unmodelled."""
+    (mean per rank, s), per-rank predictions and medians, what was unmodelled,
+    and the ``contention`` the ranks measured (None: not measured)."""
     measured, rank_medians = timing
     share = oversubscription(len(graphs), threads, cores)
     comm_share = comm_host_share(len(graphs), threads, cores)
-    shared = predict_ranks(graphs, fit, table, bias, cpu_share=share, comm_share=comm_share)
+    shared = predict_ranks(graphs, fit, table, bias, cpu_share=share, comm_share=comm_share,
+                           contention=contention)
     own_table = table_from_samples([samples_from_graph(f"{label}.rank{r}", g, bandwidth_B_per_s)
                                     for r, g in enumerate(graphs)], bandwidth_B_per_s)
     own = predict_ranks(graphs, fit, own_table, bias, keep_timeline=False, cpu_share=share,
-                        comm_share=comm_share)
+                        comm_share=comm_share, contention=contention)
     unmodelled: dict[str, list] = {}
     for graph in graphs:
         for name, count, share in graph.unmodelled():
@@ -406,6 +441,7 @@ def result_record(label: str, graphs: list[Graph], fit, table: OverheadTable,
     return {
         "workload": label, "world_size": len(graphs), "threads_per_rank": threads,
         "cores": cores, "cpu_share": share, "comm_host_share": comm_share,
+        "contention": None if contention is None else contention.to_dict(),
         "measured": {"median_s": measured.median_s, "sd_s": measured.sd_s,
                      "repeat": measured.repeat, "number": measured.number,
                      "items_per_s": measured.items_per_s},

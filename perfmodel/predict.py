@@ -90,7 +90,8 @@ class CommPrice(NamedTuple):
 
 def sim_tasks(graph: Graph, fit, table: OverheadTable, on_device: bool,
               bias: dict[str, float] | None = None,
-              comm: Callable[[str, dict[str, int]], CommPrice] | None = None
+              comm: Callable[[str, dict[str, int]], CommPrice] | None = None,
+              host_op_s: Callable[[Task, float], float] | None = None
               ) -> tuple[list[SimTask], dict[str, int]]:
     """The :class:`SimTask` list of ``graph``: op tasks priced by ``fit``, the rest
     by ``table``. ``on_device``: the ops run as kernels on a CUDA device.
@@ -98,7 +99,10 @@ def sim_tasks(graph: Graph, fit, table: OverheadTable, on_device: bool,
     check that the gate catches it. ``comm(op, params)`` prices a collective
     (:class:`CommPrice`); its issue costs the host the table's line for its
     name at 0 bytes.
-    Without ``comm`` a collective is priced as an unmodelled node."""
+    Without ``comm`` a collective is priced as an unmodelled node.
+    ``host_op_s(task, seconds)`` turns an op's predicted seconds on the host
+    (not on a device) into those it takes where it runs (e.g. beside other
+    ranks: :class:`perfmodel.contention.Contention`)."""
     bias = bias or {}
     predicted, missing = op_predictions(graph.tasks, fit)
     host_factor = bias.get("overhead", 1.0)
@@ -123,6 +127,8 @@ def sim_tasks(graph: Graph, fit, table: OverheadTable, on_device: bool,
             if on_device and task.kernels:
                 out.append(_device_task(task, value, table))
             else:
+                if host_op_s is not None:
+                    value = host_op_s(task, value)
                 out.append(SimTask(f"{task.op}.{task.direction}", task.family, value,
                                    inputs=task.inputs, outputs=task.outputs, sync=task.sync,
                                    region=task.region))

@@ -344,6 +344,9 @@ def load_trace(et_path: Path, kineto_path: Path | None = None,
     roots = []
     for node in sorted(nodes.values(), key=lambda n: n.id):
         parent = nodes.get(node.parent)
+        if parent is None and node.parent not in (-1, 0, node.id) \
+                and node.name.startswith(WORKER_SCOPE_PREFIXES):
+            parent = _nearest_earlier(nodes, node)
         if parent is None or parent is node:
             if node.parent != node.id and node.parent not in (-1, 0) and parent is None:
                 raise TraceError(f"{et_path}: node {node.id} ({node.name}) names parent "
@@ -369,6 +372,19 @@ def load_trace(et_path: Path, kineto_path: Path | None = None,
                              f"seconds in [0, 1), got {value!r}")
         trace.profiler_overhead_s = float(value)
     return trace
+
+
+def _nearest_earlier(nodes: dict[int, TraceNode], scope: TraceNode) -> TraceNode | None:
+    """The parent a worker scope gets when the one it names is not in the trace:
+    the node that started just before it (ids are start order). Its observer
+    parent is only whatever was open on the main thread (a 4-rank ``dlrm_mp``
+    trace once named a node the observer never wrote); the scope is detached
+    and the main thread's tree rebuilt from the Kineto times anyway."""
+    earlier = [i for i in nodes if i < scope.id]
+    if not earlier:
+        return None
+    scope.parent = max(earlier)
+    return nodes[scope.parent]
 
 
 def _detach_worker_scopes(nodes: dict[int, TraceNode]) -> list[TraceNode]:

@@ -238,14 +238,17 @@ def test_loaded_calls_fill_the_budget_within_bounds(warm_s, calls):
     assert loaded_calls(warm_s) == calls
 
 
-def test_loaded_times_are_taken_on_cpu_worlds_only():
-    """Gloo shares the cores with the compute, however many ranks; NCCL does not."""
+def test_loaded_times_are_taken_on_cpu_worlds_whose_threads_fit_the_cores():
+    """Gloo shares the cores with the compute; NCCL does not. With more compute
+    threads than cores the time-sharing is priced on the host side instead."""
     from perfmodel.distributed import World, measures_loaded
 
     world = World(rank=0, size=4, local_rank=0, local_size=4, comm=None, device="cpu")
-    assert measures_loaded(world)
+    assert measures_loaded(world, threads=1, cores=4)
+    assert measures_loaded(world, threads=2, cores=8)
+    assert not measures_loaded(world, threads=1, cores=2)  # time-shared cores: not used
     world.device = "cuda:0"
-    assert not measures_loaded(world)
+    assert not measures_loaded(world, threads=1, cores=4)
 
 
 def test_items_for_another_world_size_skip_with_the_reason():

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.distributed import World, _OneRank, launcher_world, local_ranks, threads_per_rank
+from perfmodel.device import usable_cpus
+from perfmodel.distributed import (FAULT_VAR, World, _OneRank, launcher_world, local_ranks,
+                                   parse_fault, threads_per_rank)
 from pytest_perfmodel.distributed import launch_command, shard_items
 from tests.conftest import THREADS
 
@@ -36,6 +38,15 @@ def test_launcher_environment_is_read_without_mpi():
     assert local_ranks(env) == (1, 2)
     assert local_ranks({"PMI_RANK": "3", "PMI_SIZE": "4"}) == (3, 4)  # one host assumed
     assert [threads_per_rank(16, n) for n in (1, 2, 4, 32)] == [16, 8, 4, 1]
+
+
+def test_fault_hook_values_parse_and_bad_ones_name_the_variable():
+    assert parse_fault("") is None
+    assert parse_fault("exit:1") == ("exit", 1, "idle")
+    assert parse_fault("hang:0:loaded") == ("hang", 0, "loaded")
+    for bad in ("exit", "hang:x", "stop:1", "hang:1:later"):
+        with pytest.raises(ValueError, match=f"{FAULT_VAR}='{bad}'"):
+            parse_fault(bad)
 
 
 def test_launch_command_reruns_pytest_under_mpiexec_without_the_option(tmp_path):
@@ -158,3 +169,21 @@ def test_a_rank_killed_mid_collective_ends_the_run_naming_it(pytester, planted_r
     assert done.returncode != 0
     assert seconds < 90
     assert "rank 1 did not complete all_reduce (world_size=2, bytes=64)" in out, out[-4000:]
+
+
+@needs_mpiexec
+@pytest.mark.skipif(usable_cpus() < 2, reason="2 ranks would time-share one core: no loaded phase")
+def test_a_rank_hung_in_a_collective_under_load_ends_the_run_naming_it(pytester,
+                                                                       planted_results):
+    # the hang is in rank 1's waiter thread of the loaded phase while its own thread
+    # keeps computing (the collective itself completes, so rank 0 waits at the next
+    # barrier): rank 1's computing thread must give up past the timeout and end the run
+    results, _ = planted_results
+    done, seconds = _run(pytester, results, "--perfmodel-ranks", "2", "-k", "all_reduce",
+                         "--perfmodel-collective-timeout", "5",
+                         env={FAULT_VAR: "hang:1:loaded"}, timeout=120)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert seconds < 90
+    assert ("perfmodel rank 1: all_reduce (world_size=2, bytes=64) under compute load: not "
+            "complete within 5 s") in out, out[-4000:]

@@ -67,6 +67,8 @@ def test_two_ranks_trace_measure_and_predict_dlrm_mp(planted_fit):
     assert result.measured.median_s > 0 and result.predicted_s > 0
     assert result.breakdown_s["communication"] > 0
     assert "all_to_all.forward" not in result.no_predictor
+    # both ranks have a core: they measured the triad alone and side by side
+    assert result.contention["ranks_together"] == 2 and result.contention["slowdown"] >= 1.0
     ranks_fit, _ = load_latest_fit(ResultStore(root, key), threads=1)
     assert result.fit_data == ranks_fit.data_id  # the gate checks its drift against that fit
     traces = root / key / "traces"
@@ -88,6 +90,27 @@ def test_a_run_past_its_timeout_is_stopped(planted_fit):
     with pytest.raises(MultirankError, match=r"ddp_mlp@2: ranks still running after 0.5 s"):
         run_multirank("ddp_mlp", 2, root, key, BANDWIDTH, profile="smoke", cores=2,
                       timeout_s=0.5)
+
+
+@needs_mpi
+def test_an_error_on_one_rank_ends_every_rank_at_once(planted_fit, tmp_path):
+    """Rank 0 fails after the measurement (a malformed bias, read only there)
+    while the others wait at the last barrier: the job ends with its error,
+    not at the timeout."""
+    import subprocess
+    import sys
+    import time
+
+    root, key = planted_fit
+    start = time.monotonic()
+    done = subprocess.run(
+        [mpiexec_path(), "-n", "2", sys.executable, "-m", "perfmodel.multirank", "--workload",
+         "ddp_mlp", "--results", str(root), "--device-key", key, "--bandwidth", str(BANDWIDTH),
+         "--profile", "smoke", "--cores", "2", "--bias", "{not json", "--out",
+         str(tmp_path / "out.json")], capture_output=True, text=True, timeout=170)
+    assert done.returncode != 0 and time.monotonic() - start < 150
+    assert "perfmodel rank 0: ddp_mlp@2: JSONDecodeError" in done.stderr, done.stderr[-3000:]
+    assert not (tmp_path / "out.json").exists()
 
 
 def test_a_terminated_rank_writes_its_stack_first():
@@ -293,5 +316,51 @@ def test_collective_cpu_and_loaded_times_are_fitted_and_priced_beside_its_time()
     # measured at 4 ranks only: the idle times carry over to 2 ranks, the loaded one not
     at_two = comm_pricer(report)("all_reduce", {"world_size": 2, "bytes": 2 ** 20})
     assert at_two.wall_s > 0 and at_two.cpu_s > 0 and at_two.loaded_s is None
+    # on time-shared cores the loaded time is left out (the host side prices the sharing)
+    assert comm_pricer(report, loaded=False)("all_reduce", params) == (wall, cpu_s, None)
     del report.predictors[("all_reduce", HOST_CPU)], report.predictors[("all_reduce", LOADED)]
     assert comm_pricer(report)("all_reduce", params)[1:] == (None, None)
+
+
+class _CommFit:
+    """Ops take 1 ms; all_reduce 1 ms idle and 10 ms loaded (measured at 2 ranks)."""
+
+    def predictor(self, op, direction):
+        from types import SimpleNamespace
+
+        from perfmodel.ops.collective import LOADED
+
+        if direction not in ("forward", LOADED):
+            raise LookupError(direction)
+        seconds = 10e-3 if direction == LOADED else 1e-3
+
+        class P:
+            estimator = SimpleNamespace(world_=[2])
+
+            def predict(self, dtype, params_list):
+                return [seconds] * len(params_list)
+
+        return P()
+
+
+def test_loaded_times_are_used_only_where_the_ranks_threads_fit_the_cores():
+    """The collective runs beside 1 ms of compute, then the host waits for it."""
+    from perfmodel.graph import Graph, Task
+    from perfmodel.multirank import predict_ranks
+    from perfmodel.overheads import table_from_samples
+
+    def graph():
+        return Graph([Task("collective", "c10d::allreduce_", "communication", op="all_reduce",
+                           params={"world_size": 2, "bytes": 1024}, outputs=(7,)),
+                      Task("op", "aten::linear", "gemm", op="linear", direction="forward",
+                           dtype="float32", params={}),
+                      Task("op", "aten::relu", "elementwise", op="relu", direction="forward",
+                           dtype="float32", params={}, inputs=(7,))], None)
+
+    table = table_from_samples([], BANDWIDTH)
+    own_cores = predict_ranks([graph(), graph()], _CommFit(), table, cpu_share=1.0)
+    # a tenth of the work beside the 1 ms GEMM, the rest at the idle pace, then 1 ms of relu
+    assert own_cores.total_s == pytest.approx(2.9e-3)
+    shared = predict_ranks([graph(), graph()], _CommFit(), table, cpu_share=2.0)
+    # each host op takes 2 ms; the collective its idle 1 ms, done before relu needs it
+    assert shared.total_s == pytest.approx(4e-3)

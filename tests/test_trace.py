@@ -78,6 +78,18 @@ def test_malformed_trace_names_the_node(tmp_path, payload, message):
     assert message in str(info.value)
 
 
+def test_a_worker_scope_naming_an_absent_parent_hangs_under_the_node_before_it(tmp_path):
+    # the observer nests main-thread ops started during a gloo scope under it; the
+    # scope's own parent (whatever was open on the main thread) may never be written
+    path = _write(tmp_path, _et([*ROOTS, _node(4, "aten::mul", 3),
+                                 _node(6, "gloo:all_to_all", 5), _node(7, "aten::add", 6)]))
+    trace = load_trace(path)
+    assert [w.name for w in trace.worker_nodes] == ["gloo:all_to_all"]
+    assert [c.name for c in trace.nodes[4].children] == ["aten::add"]
+    with pytest.raises(TraceError, match="node 7 \\(aten::add\\) names parent 5"):
+        load_trace(_write(tmp_path, _et([*ROOTS, _node(7, "aten::add", 5)]), "op.et.json"))
+
+
 def test_missing_file_is_a_trace_error(tmp_path):
     with pytest.raises(TraceError, match="cannot read"):
         load_trace(tmp_path / "absent.json")

@@ -1,0 +1,130 @@
+"""Ranks beside each other on one host: the contention model, its measurement
+and its use by the multi-rank prediction (counted, not timed)."""
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from perfmodel.contention import (Contention, measure_contention, memory_share, ranks_together,
+                                  slowdown_from_rates, triad_rate)
+from perfmodel.distributed import World, _OneRank
+from perfmodel.graph import Graph, Task
+from perfmodel.ops import get_op
+from perfmodel.overheads import table_from_samples
+from perfmodel.predict import sim_tasks
+
+SGD = {"NTENSORS": 14, "NUMEL": 370172}
+LINEAR = {"B": 256, "IN": 100, "OUT": 256, "GRAD_INPUT": 1}
+
+seconds = st.floats(1e-7, 10.0)
+slowdowns = st.floats(1.0, 4.0)
+
+
+def _contention(slowdown, bandwidth=2e10):
+    return Contention(slowdown, bandwidth, bandwidth / slowdown, 2)
+
+
+@given(st.floats(0.0, 1e12), seconds, st.floats(1e6, 1e12))
+def test_memory_share_is_a_fraction(moved, t, bandwidth):
+    share = memory_share(moved, t, bandwidth)
+    assert 0.0 <= share <= 1.0
+    if moved <= bandwidth * t:
+        assert share == pytest.approx(moved / (bandwidth * t))
+
+
+@given(slowdowns, seconds, st.sampled_from([("sgd_foreach", SGD, "forward"),
+                                            ("linear", LINEAR, "backward")]))
+def test_an_op_beside_others_slows_by_at_most_the_streams_slowdown(k, t, case):
+    op, params, direction = case
+    beside = _contention(k).seconds(op, params, "float32", direction, t)
+    assert t * (1 - 1e-12) <= beside <= k * t * (1 + 1e-12)
+    assert _contention(1.0).seconds(op, params, "float32", direction, t) == t
+
+
+def test_a_streaming_op_slows_more_than_a_compute_bound_one():
+    contention = _contention(1.3, bandwidth=2e10)
+    sgd_moved = get_op("sgd_foreach").bytes_moved(SGD, "float32", "forward")
+    sgd_alone = sgd_moved / 2e10  # at the triad's bandwidth: all of it is memory
+    assert contention.seconds("sgd_foreach", SGD, "float32", "forward",
+                              sgd_alone) == pytest.approx(1.3 * sgd_alone)
+    linear_alone = 1.0  # far longer than its bytes need
+    slowed = contention.seconds("linear", LINEAR, "float32", "backward", linear_alone)
+    assert 1.0 < slowed < 1.0 + 1e-3
+
+
+def test_contention_figures_are_checked():
+    for bad in ((0.9, 1e10, 1e10, 2), (1.2, 0.0, 1e10, 2), (1.2, 1e10, 1e10, 0)):
+        with pytest.raises(ValueError, match="bad contention figures"):
+            Contention(*bad)
+
+
+@given(st.floats(1e8, 1e11), st.lists(st.floats(1e8, 1e11), min_size=1, max_size=4))
+def test_slowdown_is_alone_over_the_mean_together_and_at_least_one(alone, together):
+    k = slowdown_from_rates(alone, together)
+    assert k >= 1.0
+    assert k == pytest.approx(max(1.0, alone / np.mean(together)))
+
+
+def test_ranks_together_are_those_with_cores_of_their_own():
+    assert [ranks_together(w, t, c) for w, t, c in
+            [(2, 1, 2), (4, 1, 2), (1, 1, 2), (2, 8, 16), (4, 2, 2), (3, 1, 8)]] == [
+        2, 2, 1, 2, 1, 3]
+
+
+def test_triad_rate_is_bytes_over_the_median_call():
+    ticks = itertools.count()
+    durations = iter([1.0, 3.0, 2.0, 2.0, 5.0])
+    now = [0.0]
+
+    def clock():
+        next(ticks)
+        return now[0]
+
+    def kernel():
+        now[0] += next(durations)
+
+    rate = triad_rate(kernel, 600, calls=3, warmup=2, clock=clock)
+    assert rate == 600 / 2.0  # calls of 2, 2 and 5 s after warm-ups of 1 and 3 s
+
+
+def test_one_rank_measures_itself_alone_and_together():
+    world = World(0, 1, 0, 1, _OneRank())
+    contention = measure_contention(world, threads_per_rank=1, cores=2, llc_bytes=0)
+    assert contention.ranks_together == 1
+    assert contention.slowdown >= 1.0
+    assert contention.bandwidth_Bps > 1e8 and contention.together_Bps > 1e8
+
+
+class _Fit:
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def predictor(self, op, direction):
+        fit = self
+
+        class P:
+            def predict(self, dtype, params_list):
+                return np.full(len(params_list), fit.seconds)
+
+        return P()
+
+
+def test_sim_tasks_applies_the_host_op_hook_to_op_tasks_only():
+    tasks = [Task("op", "aten::linear", "gemm", op="linear", direction="forward",
+                  dtype="float32", params=dict(LINEAR)),
+             Task("unmodelled", "aten::foo", "unmodelled", bytes=8.0)]
+    table = table_from_samples([], 3e10)
+    seen = []
+
+    def twice(task, s):
+        seen.append(task.op)
+        return 2 * s
+
+    out, _ = sim_tasks(Graph(tasks, None), _Fit(1e-3), table, False, host_op_s=twice)
+    assert seen == ["linear"]
+    assert out[0].host_s == pytest.approx(2e-3)
+    plain, _ = sim_tasks(Graph(tasks, None), _Fit(1e-3), table, False)
+    assert plain[0].host_s == pytest.approx(1e-3) and plain[1].host_s == out[1].host_s
