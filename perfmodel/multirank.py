@@ -4,11 +4,13 @@
 and waits for it (with a timeout). Every rank (:func:`rank_main`) joins the
 torch.distributed process group (:func:`perfmodel.distributed.init_distributed`,
 gloo on a CPU), pins torch to its share of the cores, builds its part of the
-workload, captures its own trace (``<workload>@<W>.rank<r>.*`` in the device's
-traces folder) and then times the iteration. Rank 0 builds every rank's task
+workload, measures with the others how much slower memory-bound work runs
+beside them (:func:`perfmodel.contention.measure_contention`), captures its
+own trace (``<workload>@<W>.rank<r>.*`` in the device's traces folder) and
+then times the iteration. Rank 0 builds every rank's task
 graph, prices it with the stored per-op fit (collectives by their fitted
 communication predictor, :mod:`perfmodel.comm_model`) and the device's shared
-overhead table, simulates the ranks together
+overhead table (ops slowed by that contention), simulates the ranks together
 (:func:`perfmodel.simulate.simulate_ranks`) and writes one JSON result, which
 the parent turns into an :class:`~perfmodel.e2e.E2EResult` named
 ``<workload>@<W>``.
