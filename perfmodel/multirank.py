@@ -185,8 +185,8 @@ def predict_ranks(graphs: list[Graph], fit, table: OverheadTable,
     by ``cpu_share`` and charged the collectives' CPU time, and a loaded time
     (every rank computing without pause beside the collective) counts that lost
     core time a second time: at 4 one-thread ranks on 2 cores, with loaded
-    times, ``ddp_mlp`` and ``dlrm_mp`` were over-predicted by 17-27%, and
-    without them by 0-2% (README, Several ranks)."""
+    times, ``ddp_mlp`` and ``dlrm_mp`` were over-predicted by 17-27% (README,
+    Several ranks)."""
     comm = comm_pricer(fit, loaded=cpu_share <= 1.0)
     beside = None if contention is None else (
         lambda task, s: contention.seconds(task.op, task.params, task.dtype, task.direction, s))
