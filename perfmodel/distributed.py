@@ -221,7 +221,7 @@ class World:
     def describe_failure(self, op: str, params: Mapping[str, int], exc: BaseException) -> str:
         """One line naming the ranks that did not report this failure within
         :data:`REPORT_GRACE_S` (the dead or hung ones) and the collective."""
-        what = f"{op} (world_size={params.get('world_size')}, bytes={params.get('bytes')})"
+        what = collective_label(op, params)
         error = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         missing = self._unreported_ranks()
         if not missing:
@@ -245,6 +245,11 @@ class World:
                 time.sleep(0.05)
         except Exception:  # the store lives on rank 0: it is the one gone
             return [0]
+
+
+def collective_label(op: str, params: Mapping[str, int]) -> str:
+    """How failure messages name a collective: ``all_reduce (world_size=2, bytes=64)``."""
+    return f"{op} (world_size={params.get('world_size')}, bytes={params.get('bytes')})"
 
 
 def _wait_until_read(fds, limit_s: float, poll_s: float = 1e-3) -> None:
@@ -497,9 +502,8 @@ def _time_loaded(world: World, issue, op: str, params: Mapping[str, int]
         while not done.is_set():
             torch.mm(a, b)
             if time.perf_counter() > deadline:  # the waiter is stuck past its own timeout
-                world.abort(f"{op} (world_size={params.get('world_size')}, bytes="
-                            f"{params.get('bytes')}) under compute load: not complete "
-                            f"within {world.timeout_s:g} s")
+                world.abort(f"{collective_label(op, params)} under compute load: not "
+                            f"complete within {world.timeout_s:g} s")
         elapsed = time.perf_counter() - start
         waiter.join()
         if calls is None:
