@@ -65,15 +65,21 @@ class Contention:
     def seconds(self, op: str, params: dict[str, int], dtype: str, direction: str,
                 alone_s: float) -> float:
         """Seconds of ``op`` beside the other ranks, predicted ``alone_s`` alone."""
-        try:
-            moved = get_op(op).bytes_moved(params, dtype, direction)
-        except NotImplementedError:
-            moved = 0.0
+        moved = op_bytes_moved(op, params, dtype, direction)
         return alone_s * (1.0 + (self.slowdown - 1.0) * memory_share(moved, alone_s,
                                                                       self.bandwidth_Bps))
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def op_bytes_moved(op: str, params: dict[str, int], dtype: str, direction: str) -> float:
+    """``op``'s :meth:`~perfmodel.ops.base.OpDef.bytes_moved` (B), 0 where it
+    has none."""
+    try:
+        return float(get_op(op).bytes_moved(params, dtype, direction))
+    except NotImplementedError:
+        return 0.0
 
 
 def memory_share(bytes_moved: float, seconds: float, bandwidth_Bps: float) -> float:

@@ -9,6 +9,13 @@ built from their op definitions, every ``interval_s`` for ``seconds``: each
 sample is the median of ``calls`` calls. :func:`summarise` gives per op the
 min, median and max sample, max/min, and the GMAE of the samples against their
 median: the error a perfect predictor, fitted at one moment, shows at another.
+
+The same reference ops put a figure on that move where a prediction needs it.
+A microbench session stores the host's speed (:class:`HostSpeed`, one sample a
+minute) in its measurement records, a fit keeps the median over its training
+records, and a multi-rank E2E run, which prices its ranks with a fit measured
+earlier, times the reference ops again and moves each op's fitted time by the
+ratio (:class:`HostDrift`).
 """
 
 from __future__ import annotations
@@ -71,19 +78,26 @@ def probe(seconds: float, interval_s: float = 0.5, calls: int = 20,
     start = clock()
     out: list[DriftSample] = []
     while len(out) < 2 or clock() - start < seconds:
-        medians = {}
-        for name, fn in runners.items():
-            times = []
-            for _ in range(calls):
-                t0 = clock()
-                fn()
-                times.append(clock() - t0)
-            medians[name] = statistics.median(times)
+        medians = _medians(runners, calls, clock)
         out.append(DriftSample(clock() - start, medians))
         progress(out[-1])
         if interval_s:
             sleep(interval_s)
     return out
+
+
+def _medians(runners: dict[str, Callable[[], object]], calls: int,
+             clock: Callable[[], float]) -> dict[str, float]:
+    """Median seconds of ``calls`` timed calls of each runner."""
+    medians = {}
+    for name, fn in runners.items():
+        times = []
+        for _ in range(calls):
+            t0 = clock()
+            fn()
+            times.append(clock() - t0)
+        medians[name] = statistics.median(times)
+    return medians
 
 
 def summarise(samples: list[DriftSample]) -> list[DriftSummary]:
@@ -107,3 +121,96 @@ def drift_record(samples: list[DriftSample], device_key: str, env: dict,
                                           for k, (op, cfg) in REFERENCE.items()},
             "summary": [asdict(s) for s in summarise(samples)],
             "samples": [asdict(s) for s in samples], "env": env}
+
+
+# -- the host's speed beside a fit ------------------------------------------------
+
+#: Timed calls of each reference op in one :func:`measure_host_speed` sample.
+SPEED_CALLS = 10
+#: A microbench session re-measures the host's speed when its last sample is
+#: older than this (s): about 0.1 s a minute.
+SPEED_INTERVAL_S = 60.0
+
+
+@dataclass(frozen=True)
+class HostSpeed:
+    """The host's speed at one moment: median seconds per call of each
+    :data:`REFERENCE` op (``addmm``: compute, ``add``: memory), at the torch
+    thread count of the process that measured it.
+
+    A microbench session stores its latest sample in every measurement record
+    (``host_speed``) and a fit keeps the median over the records it was trained
+    on (:attr:`perfmodel.fitting.FitReport.host_speed`), so that an E2E run can
+    tell how much faster or slower the host is than when the fit's timings were
+    taken (:class:`HostDrift`)."""
+
+    seconds: dict[str, float]
+
+    def to_dict(self) -> dict[str, float]:
+        return dict(self.seconds)
+
+    @classmethod
+    def from_dict(cls, data: object, where: str) -> "HostSpeed":
+        """Read :meth:`to_dict`'s form; ValueError naming ``where`` otherwise."""
+        if not isinstance(data, dict) or set(data) != set(REFERENCE) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1e3
+                for v in data.values()):
+            raise ValueError(f"{where}: host_speed must map {sorted(REFERENCE)} to seconds "
+                             f"> 0, got {data!r}")
+        return cls({k: float(v) for k, v in data.items()})
+
+    @classmethod
+    def median_of(cls, speeds: list["HostSpeed"]) -> "HostSpeed | None":
+        """Per reference op, the median over ``speeds`` (None for none)."""
+        if not speeds:
+            return None
+        return cls({op: statistics.median(s.seconds[op] for s in speeds) for op in REFERENCE})
+
+
+def measure_host_speed(runners: dict[str, Callable[[], object]] | None = None,
+                       calls: int = SPEED_CALLS,
+                       clock: Callable[[], float] = time.perf_counter) -> HostSpeed:
+    """One :class:`HostSpeed` sample: a warm-up call, then the median of
+    ``calls`` calls of each reference op (``runners``, default
+    :func:`reference_runners`). About 0.1 s at one thread."""
+    runners = runners if runners is not None else reference_runners()
+    for fn in runners.values():
+        fn()
+    return HostSpeed(_medians(runners, calls, clock))
+
+
+@dataclass(frozen=True)
+class HostDrift:
+    """How much slower than at its fit's measurements an op runs now.
+
+    ``compute`` and ``memory`` are the reference ``addmm``'s and ``add``'s
+    seconds now over their seconds in the fit's :class:`HostSpeed` (> 1: the
+    host is slower now). An op predicted at t seconds takes
+    t x ((1 - s) x compute + s x memory), where s is the share of t its bytes
+    take at ``bandwidth_Bps`` (B/s; :func:`perfmodel.contention.memory_share`)."""
+
+    compute: float
+    memory: float
+    bandwidth_Bps: float
+
+    def __post_init__(self):
+        if not (self.compute > 0 and self.memory > 0 and self.bandwidth_Bps > 0):
+            raise ValueError(f"bad host drift figures: {self}")
+
+    @classmethod
+    def between(cls, now: HostSpeed, fit: HostSpeed, bandwidth_Bps: float) -> "HostDrift":
+        """The drift from the fit's speed ``fit`` to ``now``."""
+        return cls(now.seconds["addmm"] / fit.seconds["addmm"],
+                   now.seconds["add"] / fit.seconds["add"], bandwidth_Bps)
+
+    def seconds(self, op: str, params: dict[str, int], dtype: str, direction: str,
+                fit_s: float) -> float:
+        """Seconds of ``op`` now, predicted ``fit_s`` by the fit."""
+        from perfmodel.contention import memory_share, op_bytes_moved
+
+        share = memory_share(op_bytes_moved(op, params, dtype, direction), fit_s,
+                             self.bandwidth_Bps)
+        return fit_s * ((1.0 - share) * self.compute + share * self.memory)
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -81,8 +81,21 @@ class E2EResult:
     #: on several ranks of one host: the slowdown of memory-bound ops beside the
     #: other ranks that they measured (:meth:`perfmodel.contention.Contention.to_dict`)
     contention: dict[str, float] | None = None
+    #: on several ranks: how much slower the host ran than at the fit's
+    #: measurements (:meth:`perfmodel.drift.HostDrift.to_dict`), and the
+    #: prediction without that drift (s); None when not measured
+    host_drift: dict[str, float] | None = None
+    predicted_fit_speed_s: float | None = None
     prediction: Prediction | None = field(default=None, repr=False)
     graph: Graph | None = field(default=None, repr=False)
+
+    @property
+    def model_predicted_s(self) -> float:
+        """The prediction at the fit's host speed (s): :attr:`predicted_s`
+        without the host's drift, which moves with the host rather than the model
+        (what the gate's drift check compares)."""
+        return self.predicted_s if self.predicted_fit_speed_s is None \
+            else self.predicted_fit_speed_s
 
     @property
     def error(self) -> float:
@@ -128,7 +141,10 @@ class E2EResult:
                 "overhead_workloads": list(self.overhead_workloads), "bias": self.bias,
                 "traced_gaps_s": self.traced_gaps_s, "first_measured_s": self.first_measured_s,
                 **({"fit_data": self.fit_data} if self.fit_data else {}),
-                **({"contention": self.contention} if self.contention else {}), "env": env}
+                **({"contention": self.contention} if self.contention else {}),
+                **({"host_drift": self.host_drift,
+                    "predicted_fit_speed_s": self.predicted_fit_speed_s}
+                   if self.host_drift else {}), "env": env}
 
 
 def traced_breakdown(graph: Graph) -> dict[str, float]:

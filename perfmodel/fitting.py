@@ -22,6 +22,7 @@ import numpy as np
 
 from perfmodel.allocator import record_allocator
 from perfmodel.device import DeviceSpec
+from perfmodel.drift import HostSpeed
 from perfmodel.metrics import gmae, mape, max_abs_rel_error, noise_floor
 from perfmodel.ops import OpDef, get_op
 from perfmodel.ops.base import DTYPE_BYTES
@@ -66,6 +67,8 @@ class Sample:
     seconds: float
     run_id: str
     replicate: int
+    #: the host's speed when it was measured (its record's ``host_speed``), or None
+    host_speed: HostSpeed | None = field(default=None, compare=False)
 
     @property
     def config_key(self) -> tuple:
@@ -193,6 +196,9 @@ class FitReport:
     #: torch threads of the CPU measurements it was trained on (None: not a CPU
     #: fit, or a fit saved before thread counts were recorded).
     threads: int | None = None
+    #: the host's speed over the measurements it was trained on (the median of
+    #: their records' ``host_speed``; None when none recorded it)
+    host_speed: HostSpeed | None = None
 
     @property
     def data_id(self) -> str:
@@ -224,8 +230,10 @@ def samples_from_records(records: Iterable[dict]) -> dict[tuple[str, str], list[
         config = OPS[r["op"]].complete_config(r["config"]) if r["op"] in OPS else r["config"]
         params = tuple(sorted((k, int(v)) for k, v in config.items()))
         run_id, replicate = str(r.get("run_id")), int(r["replicate"])
+        speed = r.get("host_speed")
         grouped.setdefault((r["op"], r["direction"]), []).append(
-            Sample(r["dtype"], params, float(r["measurement"]["median_s"]), run_id, replicate))
+            Sample(r["dtype"], params, float(r["measurement"]["median_s"]), run_id, replicate,
+                   None if speed is None else HostSpeed.from_dict(speed, f"run {run_id}")))
         if not (r["op"] in OPS and OPS[r["op"]].family == "collective"):
             continue
         cpu, loaded = r.get("rank_cpu_s"), r.get("loaded_s")
@@ -429,6 +437,9 @@ def fit_predictors(records: Iterable[dict], device: DeviceSpec,
             report.predictors[key], report.accuracy[key] = fit_op(*key, samples, device)
         except ValueError as exc:
             report.skipped[key] = str(exc)
+    report.host_speed = HostSpeed.median_of(
+        [s.host_speed for key in report.predictors for s in newest_per_config(grouped[key])
+         if s.host_speed is not None])
     return report
 
 
@@ -462,7 +473,10 @@ def save_fit(report: FitReport, store: ResultStore, run_id: str,
     write_json_atomic(folder / "index.json", {"schema": INDEX_SCHEMA, "run_id": run_id,
                                               "device_key": store.device_key,
                                               "data_runs": sorted(data_runs),
-                                              "threads": report.threads, "entries": entries})
+                                              "threads": report.threads,
+                                              "host_speed": None if report.host_speed is None
+                                              else report.host_speed.to_dict(),
+                                              "entries": entries})
     return folder
 
 
@@ -482,7 +496,10 @@ def load_fit(folder: Path) -> FitReport:
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool)
                                 or threads < 1):
         raise ValueError(f"{index_path}: 'threads' must be null or an int >= 1, got {threads!r}")
-    report = FitReport(data_runs=tuple(runs), threads=threads)
+    speed = index.get("host_speed")
+    report = FitReport(data_runs=tuple(runs), threads=threads,
+                       host_speed=None if speed is None else HostSpeed.from_dict(
+                           speed, f"{index_path}: 'host_speed'"))
     entries = index.get("entries", [])
     if not isinstance(entries, list):
         raise ValueError(f"{index_path}: 'entries' must be a list of predictor entries")

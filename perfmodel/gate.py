@@ -20,7 +20,10 @@ the baseline also keeps each run's predicted seconds, and a workload ``drifted``
 
 in the direction that makes its expected error, (1 + mean)(1 + shift) - 1, larger
 in magnitude than the baseline mean by more than ``min_margin``. A shift that makes
-the prediction better passes.
+the prediction better passes. A multi-rank prediction follows the host's speed
+(:class:`perfmodel.drift.HostDrift`); its drift is checked on the prediction at
+the fit's host speed (:attr:`perfmodel.e2e.E2EResult.model_predicted_s`), which
+moves with the model only.
 
 The spread is taken over the signed errors because a workload predicted close to
 its measured time has errors of both signs: the spread of their magnitudes would

@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Callable
 
 from perfmodel.contention import Contention, measure_contention
+from perfmodel.drift import HostDrift, HostSpeed, measure_host_speed
 from perfmodel.e2e import (MEASURE, TRACE_ITERATIONS, TRACE_WARMUP, E2EResult, IterationTiming,
                            shared_table, traces_dir)
 from perfmodel.graph import Graph, build_graph
@@ -170,11 +171,14 @@ def measured_world_sizes(predictor) -> set[int]:
 def predict_ranks(graphs: list[Graph], fit, table: OverheadTable,
                   bias: dict[str, float] | None = None, keep_timeline: bool = True,
                   cpu_share: float = 1.0, comm_share: float = 0.0,
-                  contention: Contention | None = None) -> RanksPrediction:
+                  contention: Contention | None = None,
+                  drift: HostDrift | None = None) -> RanksPrediction:
     """Predict one iteration of the ranks whose task graphs are ``graphs``
-    (rank order); the predicted time is the slowest rank's. Ops run slower
-    beside the other ranks by ``contention`` (None: as fast as alone; see
-    :mod:`perfmodel.contention`). Host time, and each collective's CPU time, are
+    (rank order); the predicted time is the slowest rank's. Each op's fitted
+    time is first moved by the host's ``drift`` since the fit's measurements
+    (None: the host is as fast as then; see :class:`perfmodel.drift.HostDrift`),
+    then slowed beside the other ranks by ``contention`` (None: as fast as
+    alone; see :mod:`perfmodel.contention`). Host time, and each collective's CPU time, are
     then multiplied by ``cpu_share`` (>= 1, see :func:`oversubscription`); the
     collectives' times are not: they were measured on ranks sharing the CPU.
     ``comm_share`` of each collective's CPU time is charged to its rank's host
@@ -188,8 +192,12 @@ def predict_ranks(graphs: list[Graph], fit, table: OverheadTable,
     times, ``ddp_mlp`` and ``dlrm_mp`` were over-predicted by 17-27% (README,
     Several ranks)."""
     comm = comm_pricer(fit, loaded=cpu_share <= 1.0)
-    beside = None if contention is None else (
-        lambda task, s: contention.seconds(task.op, task.params, task.dtype, task.direction, s))
+    def beside(task, fit_s: float) -> float:
+        now_s = fit_s if drift is None else drift.seconds(
+            task.op, task.params, task.dtype, task.direction, fit_s)
+        return now_s if contention is None else contention.seconds(
+            task.op, task.params, task.dtype, task.direction, now_s)
+
     per_rank, missing = [], {}
     for graph in graphs:
         tasks, rank_missing = sim_tasks(graph, fit, table, False, bias, comm, beside)
@@ -345,7 +353,8 @@ def result_from_record(data: dict) -> E2EResult:
         data["predicted_s"], data["breakdown_s"], data["predicted_own_s"], data["regions_s"],
         [tuple(row) for row in data["unmodelled"]], data["no_predictor"], data["n_tasks"],
         data["traced_s"], tuple(data["overhead_workloads"]), data["bias"],
-        fit_data=data.get("fit_data"), contention=data.get("contention"))
+        fit_data=data.get("fit_data"), contention=data.get("contention"),
+        host_drift=data.get("host_drift"), predicted_fit_speed_s=data.get("predicted_fit_speed_s"))
 
 
 # -- the ranks ------------------------------------------------------------------------------
@@ -401,6 +410,9 @@ def _run_rank(args: argparse.Namespace, world, label: str) -> None:
     store = ResultStore(Path(args.results), args.device_key)
     contention = measure_contention(world, torch.get_num_threads(), args.cores,
                                     cpu_cache_sizes()[1])
+    world.barrier("the host speed")  # rank 0 alone, as for the contention's bandwidth alone
+    speed = measure_host_speed() if world.rank == 0 else None
+    world.barrier("the host speed")
     files = [_files(traces_dir(store.dir), f"{label}.rank{r}") for r in range(world.size)]
     capture_trace(step.step, traces_dir(store.dir), f"{label}.rank{world.rank}",
                   TRACE_ITERATIONS, TRACE_WARMUP)
@@ -413,26 +425,32 @@ def _run_rank(args: argparse.Namespace, world, label: str) -> None:
         graphs = [build_graph(load_trace(f.et, f.kineto, f.calibration)) for f in files]
         record = result_record(label, graphs, fit, table, args.bandwidth, timing,
                                json.loads(args.bias), torch.get_num_threads(), args.cores,
-                               contention)
+                               contention, speed)
         write_json_atomic(Path(args.out), record)
 
 
 def result_record(label: str, graphs: list[Graph], fit, table: OverheadTable,
                   bandwidth_B_per_s: float, timing: tuple[IterationTiming, list[float]],
                   bias: dict[str, float], threads: int, cores: int,
-                  contention: Contention | None = None) -> dict:
+                  contention: Contention | None = None,
+                  host_speed: HostSpeed | None = None) -> dict:
     """Rank 0's JSON result: measured and predicted iteration (s), breakdown
     (mean per rank, s), per-rank predictions and medians, what was unmodelled,
-    and the ``contention`` the ranks measured (None: not measured)."""
+    the ``contention`` the ranks measured (None: not measured), rank 0's
+    ``host_speed`` and the drift from the fit's (None: either not measured), and
+    the prediction at the fit's host speed (``predicted_fit_speed_s``)."""
     measured, rank_medians = timing
     share = oversubscription(len(graphs), threads, cores)
     comm_share = comm_host_share(len(graphs), threads, cores)
-    shared = predict_ranks(graphs, fit, table, bias, cpu_share=share, comm_share=comm_share,
-                           contention=contention)
+    drift = (HostDrift.between(host_speed, fit.host_speed, bandwidth_B_per_s)
+             if host_speed is not None and fit.host_speed is not None else None)
+    common = dict(cpu_share=share, comm_share=comm_share, contention=contention)
+    shared = predict_ranks(graphs, fit, table, bias, drift=drift, **common)
     own_table = table_from_samples([samples_from_graph(f"{label}.rank{r}", g, bandwidth_B_per_s)
                                     for r, g in enumerate(graphs)], bandwidth_B_per_s)
-    own = predict_ranks(graphs, fit, own_table, bias, keep_timeline=False, cpu_share=share,
-                        comm_share=comm_share, contention=contention)
+    own = predict_ranks(graphs, fit, own_table, bias, keep_timeline=False, drift=drift, **common)
+    at_fit_speed = shared if drift is None else predict_ranks(
+        graphs, fit, table, bias, keep_timeline=False, **common)
     unmodelled: dict[str, list] = {}
     for graph in graphs:
         for name, count, share in graph.unmodelled():
@@ -444,11 +462,14 @@ def result_record(label: str, graphs: list[Graph], fit, table: OverheadTable,
         "workload": label, "world_size": len(graphs), "threads_per_rank": threads,
         "cores": cores, "cpu_share": share, "comm_host_share": comm_share,
         "contention": None if contention is None else contention.to_dict(),
+        "host_speed": None if host_speed is None else host_speed.to_dict(),
+        "host_drift": None if drift is None else drift.to_dict(),
         "measured": {"median_s": measured.median_s, "sd_s": measured.sd_s,
                      "repeat": measured.repeat, "number": measured.number,
                      "items_per_s": measured.items_per_s},
         "measured_rank_median_s": rank_medians,
         "predicted_s": shared.total_s, "predicted_own_s": own.total_s,
+        "predicted_fit_speed_s": at_fit_speed.total_s,
         "predicted_rank_s": [r.total_s for r in shared.sim.ranks],
         "collective_start_s": shared.sim.collective_start_s,
         "breakdown_s": shared.breakdown_s, "regions_s": shared.regions_s,

@@ -186,6 +186,10 @@ def _validate(record: object, where: str) -> None:
         if bad:
             raise ValueError(f"{where}: config values should be integers, got {bad!r}")
         _check_seconds(record["measurement"].get("median_s"), f"{where}: measurement.median_s")
+        if record.get("host_speed") is not None:
+            from perfmodel.drift import HostSpeed
+
+            HostSpeed.from_dict(record["host_speed"], f"{where}: field 'host_speed'")
     elif kind == "e2e":
         _check_seconds(record["measured_s"], f"{where}: field 'measured_s'")
         if not math.isfinite(record["predicted_s"]) or record["predicted_s"] < 0:

@@ -6,6 +6,7 @@ Each method is a thin call into the ``perfmodel`` library; heavy modules
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,6 +66,7 @@ class PerfmodelSession:
         self._env: dict | None = None
         self._writer = None
         self._fit = None
+        self._host_speed = None  # (monotonic s, record field) of the last host speed sample
         self.accuracy: list = []  # OpAccuracy of the accuracy items that ran
         self.e2e: list = []  # E2EResult of the e2e items that ran
         self.user_models: list = []  # E2EResult of perfmodel_predict calls (not gated)
@@ -151,13 +153,30 @@ class PerfmodelSession:
                                           self.timer_settings, MAX_CALL_S[self.options.profile])
         except CaseUnsupported as exc:
             pytest.skip(str(exc))
+        speed = self.host_speed()
         for replicate, m in enumerate(measurements):
-            self._append(measurement_record(case, m, replicate, self.env))
+            record = measurement_record(case, m, replicate, self.env)
+            if speed is not None:
+                record["host_speed"] = speed
+            self._append(record)
         self._fit = None  # new data: refit before the next accuracy or e2e item
         if request is not None:
             from pytest_perfmodel.benchmark_interop import feed_benchmark
 
             feed_benchmark(request, measurements)
+
+    def host_speed(self) -> dict | None:
+        """On a CPU, the host's speed (:class:`~perfmodel.drift.HostSpeed`, as
+        a record field) sampled at most :data:`~perfmodel.drift.SPEED_INTERVAL_S`
+        ago, measured now when older; None on other devices."""
+        if self.device.kind != "cpu":
+            return None
+        from perfmodel.drift import SPEED_INTERVAL_S, measure_host_speed
+
+        now = time.monotonic()
+        if self._host_speed is None or now - self._host_speed[0] > SPEED_INTERVAL_S:
+            self._host_speed = (now, measure_host_speed().to_dict())
+        return self._host_speed[1]
 
     def fit(self):
         """Predictors fitted on the stored measurements of this device taken
@@ -466,7 +485,7 @@ class PerfmodelSession:
         overhead: dict[str, list[tuple[float, float]]] = {}
         for r in self.e2e:
             errors.setdefault(r.workload, []).append(r.signed_error)
-            predicted.setdefault(r.workload, []).append(r.predicted_s)
+            predicted.setdefault(r.workload, []).append(r.model_predicted_s)
             if r.traced_gaps_s is not None:
                 overhead.setdefault(r.workload, []).append((r.predicted_gaps_s, r.traced_gaps_s))
         path = self.store.baseline_path(self.options.profile)

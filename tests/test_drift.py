@@ -3,8 +3,12 @@
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from perfmodel.drift import DriftSample, probe, summarise
+from perfmodel.drift import (DriftSample, HostDrift, HostSpeed, measure_host_speed, probe,
+                             summarise)
+from perfmodel.ops import get_op
 
 
 class FakeClock:
@@ -60,3 +64,60 @@ def test_drift_command_prints_and_stores_the_probe(planted_results, capsys):
     record = json.loads(path.read_text())
     assert record["kind"] == "drift" and record["device_key"] == key
     assert len(record["samples"]) >= 2 and {r["op"] for r in record["summary"]} == {"addmm", "add"}
+
+
+# -- the host's speed beside a fit --------------------------------------------------
+
+SGD = {"NTENSORS": 14, "NUMEL": 370172}
+LINEAR = {"B": 256, "IN": 100, "OUT": 256, "GRAD_INPUT": 1}
+
+
+def _speed(addmm, add):
+    return HostSpeed({"addmm": addmm, "add": add})
+
+
+def test_a_host_speed_sample_is_the_median_call_after_a_warm_up():
+    clock, calls = FakeClock(), []
+    speed = measure_host_speed({"addmm": lambda: calls.append(1), "add": lambda: None},
+                               calls=5, clock=clock)
+    assert len(calls) == 6  # one warm-up call, then 5 timed
+    assert speed.seconds == {"addmm": pytest.approx(1e-3), "add": pytest.approx(1e-3)}
+
+
+def test_the_median_of_host_speeds_is_per_reference_op():
+    median = HostSpeed.median_of([_speed(1.0, 9.0), _speed(3.0, 1.0), _speed(2.0, 2.0)])
+    assert median == _speed(2.0, 2.0)
+    assert HostSpeed.median_of([]) is None
+
+
+@pytest.mark.parametrize("bad", [None, [], {"addmm": 1.0}, {"addmm": 1.0, "add": 0.0},
+                                 {"addmm": 1.0, "add": True}, {"addmm": "1", "add": 1.0},
+                                 {"addmm": 1.0, "add": float("inf")},
+                                 {"addmm": 1.0, "add": 1.0, "x": 1.0}])
+def test_a_bad_host_speed_is_refused_naming_where_it_came_from(bad):
+    with pytest.raises(ValueError, match="here.json: host_speed must map"):
+        HostSpeed.from_dict(bad, "here.json")
+    assert HostSpeed.from_dict({"addmm": 2, "add": 1e-3}, "x") == _speed(2.0, 1e-3)
+
+
+@given(st.floats(0.25, 4.0), st.floats(0.25, 4.0), st.floats(1e-7, 10.0),
+       st.sampled_from([("sgd_foreach", SGD, "forward"), ("linear", LINEAR, "backward")]))
+def test_drift_moves_an_op_between_its_compute_and_memory_factors(compute, memory, t, case):
+    op, params, direction = case
+    now = HostDrift(compute, memory, 2e10).seconds(op, params, "float32", direction, t)
+    lo, hi = sorted((compute, memory))
+    assert lo * t * (1 - 1e-12) <= now <= hi * t * (1 + 1e-12)
+    assert HostDrift(1.0, 1.0, 2e10).seconds(op, params, "float32", direction, t) == \
+        pytest.approx(t)
+
+
+def test_a_stream_follows_the_memory_drift_and_a_gemm_the_compute_drift():
+    drift = HostDrift.between(_speed(3e-3, 1.5e-3), _speed(2e-3, 1e-3), 2e10)
+    assert (drift.compute, drift.memory) == (pytest.approx(1.5), pytest.approx(1.5))
+    drift = HostDrift.between(_speed(2e-3, 1.2e-3), _speed(2e-3, 1e-3), 2e10)
+    sgd_fit = get_op("sgd_foreach").bytes_moved(SGD, "float32", "forward") / 2e10
+    assert drift.seconds("sgd_foreach", SGD, "float32", "forward", sgd_fit) == \
+        pytest.approx(1.2 * sgd_fit)
+    assert 1.0 <= drift.seconds("linear", LINEAR, "float32", "backward", 1.0) < 1.0 + 1e-3
+    with pytest.raises(ValueError, match="bad host drift figures"):
+        HostDrift(0.0, 1.0, 2e10)

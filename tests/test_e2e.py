@@ -44,6 +44,17 @@ def test_error_is_relative_to_measured():
     assert result.signed_error == pytest.approx(-0.25)  # under-predicted
     record = result.record({"device_key": "k"})
     assert record["kind"] == "e2e" and record["error"] == pytest.approx(0.25)
+    assert result.model_predicted_s == 0.15 and "host_drift" not in record
+
+
+def test_the_model_prediction_leaves_out_the_hosts_drift():
+    """The gate's drift check compares the prediction at the fit's host speed."""
+    drift = {"compute": 1.1, "memory": 1.2, "bandwidth_Bps": 2e10}
+    result = E2EResult("w@2", IterationTiming(0.2, 0.0, 5, 1, 1.0), predicted_s=0.18,
+                       host_drift=drift, predicted_fit_speed_s=0.16)
+    assert result.signed_error == pytest.approx(-0.1) and result.model_predicted_s == 0.16
+    record = result.record({})
+    assert record["host_drift"] == drift and record["predicted_fit_speed_s"] == 0.16
 
 
 class _ConstantFit:

@@ -29,7 +29,8 @@ BANDWIDTH = 3e10
 def planted_fit(planted_results):
     """``planted_results`` plus a saved 1-thread fit (the planted spec's): the
     collectives (t = 30 µs + bytes / 2 GB/s on two ranks) and a linear forward
-    at 1 GFLOP/s; other ops are priced by the (empty) overhead table."""
+    at 1 GFLOP/s, measured on a host whose reference ops took 2 ms (addmm) and
+    1 ms (add); other ops are priced by the (empty) overhead table."""
     from perfmodel.device import DeviceSpec
     from perfmodel.fitting import fit_predictors, save_fit
     from perfmodel.ops import get_op
@@ -46,7 +47,8 @@ def planted_fit(planted_results):
     cases = [c for c in linear.cases("quick") if c.direction == "forward"][:8]
     records += [{"kind": "measurement", "op": "linear", "direction": "forward",
                  "dtype": "float32", "config": c.params, "replicate": r, "run_id": "planted",
-                 "env": {"threads": 1}, "measurement": {
+                 "env": {"threads": 1}, "host_speed": {"addmm": 2e-3, "add": 1e-3},
+                 "measurement": {
                      "median_s": 5e-6 + linear.flops(c.params, "forward") / 1e9}}
                 for c in cases for r in (0, 1)]
     save_fit(fit_predictors(records, spec), ResultStore(root, key), "planted", ["planted"])
@@ -71,6 +73,10 @@ def test_two_ranks_trace_measure_and_predict_dlrm_mp(planted_fit):
     assert result.contention["ranks_together"] == 2 and result.contention["slowdown"] >= 1.0
     ranks_fit, _ = load_latest_fit(ResultStore(root, key), threads=1)
     assert result.fit_data == ranks_fit.data_id  # the gate checks its drift against that fit
+    # rank 0 timed the reference ops: the host's speed against the planted fit's
+    drift = result.host_drift
+    assert drift["compute"] > 0 and drift["memory"] > 0 and drift["bandwidth_Bps"] == BANDWIDTH
+    assert result.predicted_fit_speed_s > 0
     traces = root / key / "traces"
     for rank in (0, 1):
         graph = build_graph(load_trace(traces / f"dlrm_mp@2.rank{rank}.et.json",
@@ -364,3 +370,36 @@ def test_loaded_times_are_used_only_where_the_ranks_threads_fit_the_cores():
     shared = predict_ranks([graph(), graph()], _CommFit(), table, cpu_share=2.0)
     # each host op takes 2 ms; the collective its idle 1 ms, done before relu needs it
     assert shared.total_s == pytest.approx(4e-3)
+
+
+def test_ops_are_moved_by_the_hosts_drift_before_the_contention():
+    """Two 1 ms ops on a host twice as slow as at the fit take 2 ms each; beside
+    the other ranks (a pure stream 1.5x slower) a streaming op takes 1.5x that."""
+    from perfmodel.contention import Contention
+    from perfmodel.drift import HostDrift
+    from perfmodel.graph import Graph, Task
+    from perfmodel.multirank import predict_ranks
+    from perfmodel.ops import get_op
+    from perfmodel.overheads import table_from_samples
+
+    sgd = {"NTENSORS": 14, "NUMEL": 37017}  # 1 ms at its bytes / bandwidth below
+    bandwidth = get_op("sgd_foreach").bytes_moved(sgd, "float32", "forward") / 1e-3
+
+    def graph(op, params):
+        return Graph([Task("op", f"aten::{op}", "optimizer", op=op, direction="forward",
+                           dtype="float32", params=params)], None)
+
+    table = table_from_samples([], BANDWIDTH)
+    sgd_graph = graph("sgd_foreach", sgd)
+    plain = predict_ranks([sgd_graph], _CommFit(), table).total_s
+    slow = predict_ranks([sgd_graph], _CommFit(), table,
+                         drift=HostDrift(2.0, 2.0, bandwidth)).total_s
+    assert slow - plain == pytest.approx(1e-3)
+    memory_only = HostDrift(1.0, 2.0, bandwidth)
+    assert predict_ranks([sgd_graph], _CommFit(), table,
+                         drift=memory_only).total_s == pytest.approx(slow)
+    beside = Contention(1.5, bandwidth, bandwidth / 1.5, 2)
+    both = predict_ranks([sgd_graph], _CommFit(), table, drift=memory_only,
+                         contention=beside).total_s
+    # the drifted 2 ms needs its bytes for half its time: 2 x (1 + 0.5 x 0.5) ms
+    assert both - plain == pytest.approx(2.5e-3 - 1e-3)

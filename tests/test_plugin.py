@@ -210,6 +210,9 @@ def test_markers_select_and_accuracy_reads_stored_data(pytester, planted_results
     lines = [json.loads(line) for line in runs[0].read_text().splitlines()]
     assert lines[0]["kind"] == "header" and len(lines) == 1 + 32 * 2  # two replicates each
     assert {"device_key", "threads", "torch", "fbgemm", "commit"} <= set(lines[1]["env"])
+    # the host's speed beside each record (one sample: the session is under a minute)
+    speeds = {json.dumps(line["host_speed"], sort_keys=True) for line in lines[1:]}
+    assert len(speeds) == 1 and set(lines[1]["host_speed"]) == {"addmm", "add"}
 
     # A corrupt file beside the good run: reported by path, the rest still loads.
     bad = results / key / "runs" / "zz-corrupt.jsonl"
@@ -218,7 +221,8 @@ def test_markers_select_and_accuracy_reads_stored_data(pytester, planted_results
     out.assert_outcomes(passed=1, deselected=33)
     out.stdout.fnmatch_lines(["addmm.fwd *32",
                               f"WARNING unreadable result data skipped: {bad}: line 1 is not JSON*"])
-    assert len(list((results / key / "predictors").iterdir())) == 1
+    (fit,) = (results / key / "predictors").iterdir()
+    assert json.loads((fit / "index.json").read_text())["host_speed"] == lines[1]["host_speed"]
     # Same data, same fit: a second session reuses it instead of refitting.
     run(pytester, results, "-m", "accuracy").assert_outcomes(passed=1, deselected=33)
     assert len(list((results / key / "predictors").iterdir())) == 1

@@ -99,3 +99,14 @@ def test_bad_line_in_the_middle_is_skipped(store):
     loaded = store.load()
     assert len(loaded.records) == 2
     assert loaded.problems[0].startswith(f"{path}:3: bad record skipped")
+
+
+def test_a_bad_host_speed_skips_its_record_naming_the_line(store):
+    good = {**record(), "host_speed": {"addmm": 3e-3, "add": 1.5e-3}}
+    bad = {**record(), "host_speed": {"addmm": -1.0, "add": 1.5e-3}}
+    path = _write(store, "speed.jsonl",
+                  "\n".join([_header(), json.dumps(good), json.dumps(bad)]) + "\n")
+    loaded = store.load()
+    assert [r["host_speed"] for r in loaded.records] == [good["host_speed"]]
+    assert loaded.problems[0].startswith(f"{path}:3: bad record skipped")
+    assert "host_speed" in loaded.problems[0]
