@@ -125,10 +125,14 @@ def drift_record(samples: list[DriftSample], device_key: str, env: dict,
 
 # -- the host's speed beside a fit ------------------------------------------------
 
-#: Timed calls of each reference op in one :func:`measure_host_speed` sample.
+#: Timed calls of each reference op per round of a :func:`measure_host_speed`
+#: sample, and rounds per sample (the sample is the median round per op): one
+#: round alone once gave 7.0 ms for the ``add``, against 1.7-2.1 ms in every
+#: other sample on cpu-amd-epyc-f25m1-2c.
 SPEED_CALLS = 10
+SPEED_ROUNDS = 3
 #: A microbench session re-measures the host's speed when its last sample is
-#: older than this (s): about 0.1 s a minute.
+#: older than this (s): about 0.3 s a minute.
 SPEED_INTERVAL_S = 60.0
 
 
@@ -168,15 +172,17 @@ class HostSpeed:
 
 
 def measure_host_speed(runners: dict[str, Callable[[], object]] | None = None,
-                       calls: int = SPEED_CALLS,
+                       calls: int = SPEED_CALLS, rounds: int = SPEED_ROUNDS,
                        clock: Callable[[], float] = time.perf_counter) -> HostSpeed:
-    """One :class:`HostSpeed` sample: a warm-up call, then the median of
-    ``calls`` calls of each reference op (``runners``, default
-    :func:`reference_runners`). About 0.1 s at one thread."""
+    """One :class:`HostSpeed` sample: a warm-up call, then ``rounds`` rounds of
+    ``calls`` timed calls of each reference op (``runners``, default
+    :func:`reference_runners`); per op, the median round of the per-round
+    medians. About 0.3 s at one thread."""
     runners = runners if runners is not None else reference_runners()
     for fn in runners.values():
         fn()
-    return HostSpeed(_medians(runners, calls, clock))
+    return HostSpeed.median_of([HostSpeed(_medians(runners, calls, clock))
+                                for _ in range(rounds)])
 
 
 @dataclass(frozen=True)

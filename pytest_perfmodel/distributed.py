@@ -29,6 +29,8 @@ from perfmodel.distributed import (DEFAULT_TIMEOUT_S, launcher_world, local_rank
                                    mpiexec_path, threads_per_rank)
 
 _SYNCED = pytest.StashKey[bool]()
+#: whether the session measures microbenchmarks other than collectives (on any rank)
+_SWEEPS = pytest.StashKey[bool]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -106,6 +108,8 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if config.option.perfmodel_threads is None:
         pm.options.threads = threads_per_rank(default_threads(), share)
+    if worker and workers > 1:
+        pm.host_speed_source = "off"
     pm.options.device = _pinned_device(pm.options.device, index)
     if world.size > 1:
         pm.run_id = f"{pm.run_id}-rank{world.rank}"
@@ -176,12 +180,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     world = launcher_world()
     if world is None or world[1] == 1:
         return
+    config.stash[_SWEEPS] = any(i.get_closest_marker("microbench") is not None
+                                and not is_collective(i) for i in items)
     kept, dropped = shard_items(items, world[0], world[1],
                                 lambda i: i.get_closest_marker("microbench") is not None,
                                 is_collective)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Before a sharded sweep, rank 0 times the host's speed while the other
+    ranks wait, and every rank stores that sample with its records (timed
+    during the sweep, it would be timed beside the other ranks' work)."""
+    from pytest_perfmodel.plugin import SESSION_KEY
+
+    config = session.config
+    pm = config.stash.get(SESSION_KEY, None)
+    if pm is None or not config.stash.get(_SWEEPS, False) or config.option.collectonly:
+        return
+    world = mpi_world()
+    world.barrier("the host speed")
+    speed = None
+    if world.rank == 0:
+        try:
+            speed = pm.host_speed()
+        except pytest.skip.Exception:  # the device is unavailable: its items skip
+            speed = None
+    world.barrier("the host speed")
+    pm.fix_host_speed(world.comm.bcast(speed, root=0))
 
 
 def _sync_once(config: pytest.Config) -> None:

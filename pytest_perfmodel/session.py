@@ -66,7 +66,12 @@ class PerfmodelSession:
         self._env: dict | None = None
         self._writer = None
         self._fit = None
-        self._host_speed = None  # (monotonic s, record field) of the last host speed sample
+        #: (monotonic s, record field) of the last host speed sample, or None
+        self._host_speed: tuple[float, dict] | None = None
+        #: where the host speed comes from: "sampled" (this process, once a minute),
+        #: "fixed" (one sample taken alone by rank 0 of a sharded sweep) or "off"
+        #: (xdist workers: they would time it beside each other)
+        self.host_speed_source = "sampled"
         self.accuracy: list = []  # OpAccuracy of the accuracy items that ran
         self.e2e: list = []  # E2EResult of the e2e items that ran
         self.user_models: list = []  # E2EResult of perfmodel_predict calls (not gated)
@@ -167,16 +172,29 @@ class PerfmodelSession:
 
     def host_speed(self) -> dict | None:
         """On a CPU, the host's speed (:class:`~perfmodel.drift.HostSpeed`, as
-        a record field) sampled at most :data:`~perfmodel.drift.SPEED_INTERVAL_S`
-        ago, measured now when older; None on other devices."""
-        if self.device.kind != "cpu":
+        a record field): see :attr:`host_speed_source`; when sampled, measured
+        now if the last sample is older than :data:`~perfmodel.drift.SPEED_INTERVAL_S`.
+        None on other devices and when off.
+
+        The reference ops must run alone: beside another rank's op, the
+        memory-bound ``add`` took 1.8-3.6 ms per call in a sweep over 2 ranks on
+        cpu-amd-epyc-f25m1-2c, against 1.7-1.75 ms alone."""
+        if self.host_speed_source == "off" or self.device.kind != "cpu":
             return None
+        if self.host_speed_source == "fixed":
+            return None if self._host_speed is None else self._host_speed[1]
         from perfmodel.drift import SPEED_INTERVAL_S, measure_host_speed
 
         now = time.monotonic()
         if self._host_speed is None or now - self._host_speed[0] > SPEED_INTERVAL_S:
             self._host_speed = (now, measure_host_speed().to_dict())
         return self._host_speed[1]
+
+    def fix_host_speed(self, speed: dict | None) -> None:
+        """Use ``speed`` (a record field, timed alone elsewhere) for every
+        record of this session."""
+        self.host_speed_source = "fixed"
+        self._host_speed = None if speed is None else (time.monotonic(), speed)
 
     def fit(self):
         """Predictors fitted on the stored measurements of this device taken

@@ -76,6 +76,10 @@ def summary_lines(pm: PerfmodelSession, quiet: bool = False) -> list[str]:
                             for name, n, share in r.unmodelled[:3])
             if top:
                 lines.append(f"  {r.workload} unmodelled: {top}"[:100])
+            if r.host_drift:
+                lines.append(f"  {r.workload} host since the fit: compute "
+                             f"x{r.host_drift['compute']:.2f}, memory x{r.host_drift['memory']:.2f}"
+                             f" (at the fit's speed {_ms(r.model_predicted_s).strip()})")
     if not quiet:
         lines.extend(pm.notes)
     for problem in pm.problems:

@@ -153,6 +153,10 @@ def test_two_ranks_store_every_record_once_and_report_once(pytester, planted_res
     rank1_file, = (p for p in runs if p.stem.endswith("-rank1"))
     rank1 = [json.loads(line) for line in rank1_file.read_text().splitlines()[1:]]
     assert rank1 and all(r["op"] == "add" for r in rank1)  # its shard; collectives go to rank 0
+    # one host speed, timed by rank 0 alone before the sweep, beside every rank's records
+    speeds = {json.dumps(r.get("host_speed"), sort_keys=True) for r in records if r["op"] == "add"}
+    assert len(speeds) == 1 and set(json.loads(speeds.pop())) == {"addmm", "add"}
+    assert not any("host_speed" in r for r in records if r["op"] == "all_reduce")
     assert all({"latency_p95_s", "algbw_Bps", "busbw_Bps"} <= set(r) for r in records
                if r["op"] == "all_reduce")
     assert out.count("= perfmodel =") == 1 and out.count("all_reduce.fwd") == 1

@@ -76,11 +76,19 @@ def _speed(addmm, add):
     return HostSpeed({"addmm": addmm, "add": add})
 
 
-def test_a_host_speed_sample_is_the_median_call_after_a_warm_up():
+def test_a_host_speed_sample_is_the_median_round_after_a_warm_up():
+    """The clock moves 1 ms per reading, and 5 ms more in two of the three calls
+    of ``add``'s first round: that round's median moves, not the sample."""
     clock, calls = FakeClock(), []
-    speed = measure_host_speed({"addmm": lambda: calls.append(1), "add": lambda: None},
-                               calls=5, clock=clock)
-    assert len(calls) == 6  # one warm-up call, then 5 timed
+
+    def add():
+        calls.append(1)
+        if len(calls) in (2, 3):  # round 1's first two calls (after the warm-up)
+            clock.sleep(5e-3)
+
+    speed = measure_host_speed({"addmm": lambda: None, "add": add}, calls=3, rounds=3,
+                               clock=clock)
+    assert len(calls) == 1 + 3 * 3  # one warm-up call, then 3 rounds of 3 timed
     assert speed.seconds == {"addmm": pytest.approx(1e-3), "add": pytest.approx(1e-3)}
 
 

@@ -52,3 +52,5 @@ def test_four_xdist_workers_write_every_record_exactly_once(tmp_path):
     # Each case was measured by exactly one worker.
     assert all(len({r["run_id"] for r in loaded.records if case_id(r) == case}) == 1
                for case in per_case)
+    # Workers would time the host's speed beside each other: none is recorded.
+    assert not any("host_speed" in r for r in loaded.records)

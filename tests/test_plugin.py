@@ -359,6 +359,41 @@ def test_summary_shows_baseline_verdict_and_decision(pytester, planted_results):
                if not line.startswith(("ok ", "FAIL ", "results ")))
 
 
+DRIFTED_RANKS = """
+import pytest
+from perfmodel.e2e import E2EResult, IterationTiming
+
+@pytest.mark.e2e
+def test_planted(perfmodel_session):
+    drift = {{"compute": 1.15, "memory": 1.05, "bandwidth_Bps": 2e10}}
+    perfmodel_session.record_e2e(E2EResult(
+        "ddp_mlp@2", IterationTiming(0.11, 0.001, 15, 3, 2560.0), 0.11, fit_data="f1",
+        host_drift=drift, predicted_fit_speed_s={at_fit_speed}))
+"""
+
+
+@pytest.mark.parametrize("at_fit_speed", [0.1, 0.11])
+def test_a_prediction_moved_by_the_hosts_drift_is_not_a_model_drift(pytester, planted_results,
+                                                                     at_fit_speed):
+    """The baseline predicted 100 ms with the same fit; the host is slower now
+    and the prediction, 110 ms, with it. The drift check compares the prediction
+    at the fit's speed: it passes at 100 ms and fails at 110 ms (the model
+    moved). The summary shows the host's drift."""
+    from perfmodel.gate import save_baseline
+
+    results, key = planted_results
+    save_baseline(results / key / "baseline-smoke.json", key, {"ddp_mlp@2": [0.0, 0.0, 0.0]},
+                  {}, predicted_by_workload={"ddp_mlp@2": [0.1, 0.1, 0.1]},
+                  fit_data={"ddp_mlp@2": "f1"})
+    pytester.makepyfile(DRIFTED_RANKS.format(at_fit_speed=at_fit_speed))
+    out = run(pytester, results, "-m", "e2e")
+    moved = at_fit_speed != 0.1
+    assert out.ret == (1 if moved else 0), out.stdout.str()
+    out.stdout.fnmatch_lines([f"  ddp_mlp@2 host since the fit: compute x1.15, memory x1.05 "
+                              f"(at the fit's speed {at_fit_speed * 1e3:.2f}ms)"])
+    assert ("FAIL ddp_mlp@2: prediction moved +10.00%" in out.stdout.str()) == moved
+
+
 TWO_WORKLOADS = """
 import pytest
 from perfmodel.e2e import E2EResult, IterationTiming
