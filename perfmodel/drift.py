@@ -11,11 +11,12 @@ min, median and max sample, max/min, and the GMAE of the samples against their
 median: the error a perfect predictor, fitted at one moment, shows at another.
 
 The same reference ops put a figure on that move where a prediction needs it.
-A microbench session stores the host's speed (:class:`HostSpeed`, one sample a
-minute) in its measurement records, a fit keeps the median over its training
-records, and a multi-rank E2E run, which prices its ranks with a fit measured
-earlier, times the reference ops again and moves each op's fitted time by the
-ratio (:class:`HostDrift`).
+A microbench session stores the host's speed (:class:`HostSpeed`, timed alone:
+once a minute, or once before a sweep sharded over ranks) in its measurement
+records, a fit keeps the median over its training records, and a multi-rank
+E2E run, which prices its ranks with a fit measured earlier, times the
+reference ops again and moves each op's fitted time by the ratio
+(:class:`HostDrift`).
 """
 
 from __future__ import annotations
