@@ -131,9 +131,7 @@ def measure_contention(world, threads_per_rank: int, cores: int,
     kernel, moved = triad_kernel(llc_bytes) if world.rank < together else (None, 0)
     rounds = []
     for _ in range(ROUNDS):
-        world.barrier("the contention triad")
-        alone = triad_rate(kernel, moved) if world.rank == 0 else None
-        world.barrier("the contention triad")
+        alone = world.on_rank0_alone(lambda: triad_rate(kernel, moved), "the contention triad")
         rate = triad_rate(kernel, moved) if kernel is not None else None
         rates = world.comm.gather(rate, root=0)
         if world.rank == 0:

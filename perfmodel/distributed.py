@@ -174,6 +174,14 @@ class World:
                 if gone:
                     self.abort(f"rank {', '.join(map(str, gone))} exited before {what}")
 
+    def on_rank0_alone(self, fn: Callable[[], Any], what: str) -> Any:
+        """Run ``fn`` on rank 0 while the other ranks wait (sleeping, see
+        :meth:`barrier`) for ``what``; its result at rank 0, None elsewhere."""
+        self.barrier(what)
+        result = fn() if self.rank == 0 else None
+        self.barrier(what)
+        return result
+
     def exited_ranks(self) -> list[int]:
         """Ranks on this host whose process no longer exists."""
         host, gone = socket.gethostname(), []

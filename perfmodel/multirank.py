@@ -178,8 +178,8 @@ def predict_ranks(graphs: list[Graph], fit, table: OverheadTable,
     time is first moved by the host's ``drift`` since the fit's measurements
     (None: the host is as fast as then; see :class:`perfmodel.drift.HostDrift`),
     then slowed beside the other ranks by ``contention`` (None: as fast as
-    alone; see :mod:`perfmodel.contention`). Host time, and each collective's CPU time, are
-    then multiplied by ``cpu_share`` (>= 1, see :func:`oversubscription`); the
+    alone; see :mod:`perfmodel.contention`). Host time, and each collective's
+    CPU time, are then multiplied by ``cpu_share`` (>= 1, see :func:`oversubscription`); the
     collectives' times are not: they were measured on ranks sharing the CPU.
     ``comm_share`` of each collective's CPU time is charged to its rank's host
     (see :func:`comm_host_share`). A collective that overlaps its rank's compute
@@ -192,6 +192,7 @@ def predict_ranks(graphs: list[Graph], fit, table: OverheadTable,
     times, ``ddp_mlp`` and ``dlrm_mp`` were over-predicted by 17-27% (README,
     Several ranks)."""
     comm = comm_pricer(fit, loaded=cpu_share <= 1.0)
+
     def beside(task, fit_s: float) -> float:
         now_s = fit_s if drift is None else drift.seconds(
             task.op, task.params, task.dtype, task.direction, fit_s)
@@ -410,9 +411,8 @@ def _run_rank(args: argparse.Namespace, world, label: str) -> None:
     store = ResultStore(Path(args.results), args.device_key)
     contention = measure_contention(world, torch.get_num_threads(), args.cores,
                                     cpu_cache_sizes()[1])
-    world.barrier("the host speed")  # rank 0 alone, as for the contention's bandwidth alone
-    speed = measure_host_speed() if world.rank == 0 else None
-    world.barrier("the host speed")
+    # alone, as for the contention's bandwidth alone
+    speed = world.on_rank0_alone(measure_host_speed, "the host speed")
     files = [_files(traces_dir(store.dir), f"{label}.rank{r}") for r in range(world.size)]
     capture_trace(step.step, traces_dir(store.dir), f"{label}.rank{world.rank}",
                   TRACE_ITERATIONS, TRACE_WARMUP)

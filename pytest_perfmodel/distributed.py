@@ -200,16 +200,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     pm = config.stash.get(SESSION_KEY, None)
     if pm is None or not config.stash.get(_SWEEPS, False) or config.option.collectonly:
         return
-    world = mpi_world()
-    world.barrier("the host speed")
-    speed = None
-    if world.rank == 0:
+    def timed() -> dict | None:
         try:
-            speed = pm.host_speed()
+            return pm.host_speed()
         except pytest.skip.Exception:  # the device is unavailable: its items skip
-            speed = None
-    world.barrier("the host speed")
-    pm.fix_host_speed(world.comm.bcast(speed, root=0))
+            return None
+
+    world = mpi_world()
+    pm.fix_host_speed(world.comm.bcast(world.on_rank0_alone(timed, "the host speed"), root=0))
 
 
 def _sync_once(config: pytest.Config) -> None:
