@@ -190,6 +190,11 @@ def _validate(record: object, where: str) -> None:
             from perfmodel.drift import HostSpeed
 
             HostSpeed.from_dict(record["host_speed"], f"{where}: field 'host_speed'")
+        beside = record.get("timed_beside")
+        if beside is not None and (not isinstance(beside, int) or isinstance(beside, bool)
+                                   or beside < 0):
+            raise ValueError(f"{where}: field 'timed_beside' should be an int >= 0, "
+                             f"got {beside!r}")
     elif kind == "e2e":
         _check_seconds(record["measured_s"], f"{where}: field 'measured_s'")
         if not math.isfinite(record["predicted_s"]) or record["predicted_s"] < 0:

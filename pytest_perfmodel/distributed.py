@@ -110,6 +110,7 @@ def pytest_configure(config: pytest.Config) -> None:
         pm.options.threads = threads_per_rank(default_threads(), share)
     if worker and workers > 1:
         pm.host_speed_source = "off"
+    pm.timed_beside = share - 1
     pm.options.device = _pinned_device(pm.options.device, index)
     if world.size > 1:
         pm.run_id = f"{pm.run_id}-rank{world.rank}"

@@ -72,6 +72,11 @@ class PerfmodelSession:
         #: "fixed" (one sample taken alone by rank 0 of a sharded sweep) or "off"
         #: (xdist workers: they would time it beside each other)
         self.host_speed_source = "sampled"
+        #: other processes timing microbenchmarks on this host at the same time (the
+        #: other ranks of a sharded sweep on one host, or the other xdist workers); a
+        #: CPU record carries it as ``timed_beside`` (see
+        #: :func:`perfmodel.fitting.newest_per_config`)
+        self.timed_beside = 0
         self.accuracy: list = []  # OpAccuracy of the accuracy items that ran
         self.e2e: list = []  # E2EResult of the e2e items that ran
         self.user_models: list = []  # E2EResult of perfmodel_predict calls (not gated)
@@ -163,6 +168,8 @@ class PerfmodelSession:
             record = measurement_record(case, m, replicate, self.env)
             if speed is not None:
                 record["host_speed"] = speed
+            if self.device.kind == "cpu":
+                record["timed_beside"] = self.timed_beside
             self._append(record)
         self._fit = None  # new data: refit before the next accuracy or e2e item
         if request is not None:

@@ -157,6 +157,9 @@ def test_two_ranks_store_every_record_once_and_report_once(pytester, planted_res
     speeds = {json.dumps(r.get("host_speed"), sort_keys=True) for r in records if r["op"] == "add"}
     assert len(speeds) == 1 and set(json.loads(speeds.pop())) == {"addmm", "add"}
     assert not any("host_speed" in r for r in records if r["op"] == "all_reduce")
+    # each rank timed its shard beside the other rank (the fit prefers alone timings)
+    assert {r.get("timed_beside") for r in records} == {1, None}
+    assert not any("timed_beside" in r for r in records if r["op"] == "all_reduce")
     assert all({"latency_p95_s", "algbw_Bps", "busbw_Bps"} <= set(r) for r in records
                if r["op"] == "all_reduce")
     assert out.count("= perfmodel =") == 1 and out.count("all_reduce.fwd") == 1

@@ -54,3 +54,4 @@ def test_four_xdist_workers_write_every_record_exactly_once(tmp_path):
                for case in per_case)
     # Workers would time the host's speed beside each other: none is recorded.
     assert not any("host_speed" in r for r in loaded.records)
+    assert {r["timed_beside"] for r in loaded.records} == {3}  # beside 3 other workers

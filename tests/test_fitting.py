@@ -5,6 +5,8 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from perfmodel.device import DeviceSpec
 from perfmodel.fitting import (MIN_CONFIGS, extrapolation_split, fit_predictors, load_fit,
@@ -314,6 +316,26 @@ def test_a_remeasured_config_is_fitted_on_its_newest_run_only():
 
     kept = newest_per_config([s("r1", 8), s("r2", 8), s("r1", 16)])
     assert kept == [s("r2", 8), s("r1", 16)]
+
+
+@given(st.lists(st.tuples(st.sampled_from(["r1", "r2", "r3", "r4"]),
+                          st.sampled_from([None, 0, 1, 3])), min_size=1, max_size=12))
+def test_a_config_keeps_its_newest_run_timed_alone_over_newer_shared_ones(runs):
+    """Per config: the newest run timed alone (``timed_beside`` 0) if any, else the
+    newest whose records do not say, else the newest timed beside others; every
+    sample of that one run is kept."""
+    from perfmodel.fitting import Sample, newest_per_config
+
+    samples = [Sample("float32", (("N", 8),), 1.0 + i, run, i, None, beside)
+               for i, (run, beside) in enumerate(runs)]
+    kept = newest_per_config(samples)
+    for wanted in (lambda b: b == 0, lambda b: b is None, lambda b: True):
+        candidates = [s.run_id for s in samples if wanted(s.timed_beside)]
+        if candidates:
+            run = max(candidates)
+            break
+    assert {s.run_id for s in kept} == {run}
+    assert len(kept) == sum(1 for s in samples if s.run_id == run)
 
 
 def test_a_fit_keeps_the_host_speed_of_the_measurements_it_trained_on(tmp_path):

@@ -101,6 +101,17 @@ def test_bad_line_in_the_middle_is_skipped(store):
     assert loaded.problems[0].startswith(f"{path}:3: bad record skipped")
 
 
+@pytest.mark.parametrize("beside", [-1, 1.5, True, "1"])
+def test_a_bad_timed_beside_skips_its_record_naming_the_line(store, beside):
+    good = {**record(), "timed_beside": 1}
+    path = _write(store, "beside.jsonl", "\n".join(
+        [_header(), json.dumps(good), json.dumps({**record(), "timed_beside": beside})]) + "\n")
+    loaded = store.load()
+    assert [r["timed_beside"] for r in loaded.records] == [1]
+    assert loaded.problems[0].startswith(f"{path}:3: bad record skipped")
+    assert "timed_beside" in loaded.problems[0]
+
+
 def test_a_bad_host_speed_skips_its_record_naming_the_line(store):
     good = {**record(), "host_speed": {"addmm": 3e-3, "add": 1.5e-3}}
     bad = {**record(), "host_speed": {"addmm": -1.0, "add": 1.5e-3}}
