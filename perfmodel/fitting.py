@@ -264,11 +264,10 @@ def newest_per_config(samples: Iterable[Sample]) -> list[Sample]:
     a fresh sweep prices the host that the end-to-end runs measure.
 
     Timings beside the other ranks of a sweep sharded over one host's cores are
-    not the op's alone: on cpu-amd-epyc-f25m1-2c, three 1-thread sweeps over 2
-    ranks timed the cold-cache ops 8-35% slower (median per op) than one process
-    alone did that night, while a process alone agreed with an earlier sweep
-    within 4% (README, *Several ranks*). So an alone timing is kept over a
-    newer one taken beside others."""
+    not the op's alone: on cpu-amd-epyc-f25m1-2c, one process timed the
+    cold-cache ops at 0.65-0.93 of what three 1-thread sweeps over 2 ranks had
+    timed that evening (median per op and sweep; README, *Sharded sweeps*). So
+    an alone timing is kept over a newer one taken beside others."""
     samples = list(samples)
     best: dict[tuple, tuple[int, str]] = {}
     for s in samples:
