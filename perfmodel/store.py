@@ -181,8 +181,7 @@ def _validate(record: object, where: str) -> None:
             raise ValueError(f"{where}: field {key!r} should be {typ.__name__}, got {value!r}")
     # Values readers compute with: a record that loads can be fitted and gated on.
     if kind == "measurement":
-        bad = {k: v for k, v in record["config"].items()
-               if not isinstance(v, int) or isinstance(v, bool)}
+        bad = {k: v for k, v in record["config"].items() if not _is_int(v)}
         if bad:
             raise ValueError(f"{where}: config values should be integers, got {bad!r}")
         _check_seconds(record["measurement"].get("median_s"), f"{where}: measurement.median_s")
@@ -191,8 +190,7 @@ def _validate(record: object, where: str) -> None:
 
             HostSpeed.from_dict(record["host_speed"], f"{where}: field 'host_speed'")
         beside = record.get("timed_beside")
-        if beside is not None and (not isinstance(beside, int) or isinstance(beside, bool)
-                                   or beside < 0):
+        if beside is not None and not (_is_int(beside) and beside >= 0):
             raise ValueError(f"{where}: field 'timed_beside' should be an int >= 0, "
                              f"got {beside!r}")
     elif kind == "e2e":
@@ -200,6 +198,11 @@ def _validate(record: object, where: str) -> None:
         if not math.isfinite(record["predicted_s"]) or record["predicted_s"] < 0:
             raise ValueError(f"{where}: field 'predicted_s' should be seconds >= 0, "
                              f"got {record['predicted_s']!r}")
+
+
+def _is_int(value: object) -> bool:
+    """Whether ``value`` loaded from a file is an int (a bool is not)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check_seconds(value: object, what: str) -> None:
