@@ -1,0 +1,55 @@
+"""Checks that need a CUDA device: the CUDA-event timer, the L2 flush, the device
+spec and NCCL in a world of one. Skipped where torch sees no GPU (as on CI); on a
+GPU machine, ``pytest tests/test_gpu.py``. No check asserts a duration."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from perfmodel.device import detect_device  # noqa: E402
+from perfmodel.timing import Timer  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def test_device_spec_describes_the_gpu():
+    spec = detect_device("cuda")
+    assert spec.kind == "cuda" and spec.index == 0
+    assert spec.key.startswith("cuda-")
+    assert spec.l2_bytes > 0 and spec.compute_units == torch.cuda.get_device_properties(0).multi_processor_count
+    assert spec.mem_bandwidth_Bps > 0 and spec.peak_flops["float32"] > 0
+
+
+def test_timer_uses_cuda_events_in_blocks():
+    x = torch.randn(1 << 16, device="cuda")
+    m = Timer(lambda: x.mul_(1.0), device="cuda", budget_s=0.05, min_block_s=1e-4).measure()
+    assert (m.timer, m.cache, m.threads) == ("cuda_event", "hot", None)
+    assert m.number > 1 and 0 < m.min_s <= m.median_s
+
+
+def test_l2_flush_times_single_cold_calls():
+    spec = detect_device("cuda")
+    x = torch.randn(1 << 20, device="cuda")
+    m = Timer(lambda: x.mul_(1.0), device="cuda:0", budget_s=0.05,
+              flush_l2_bytes=spec.l2_bytes).measure()
+    assert (m.timer, m.cache, m.number) == ("cuda_event", "cold", 1)
+    assert m.median_s > 0
+
+
+def test_nccl_world_of_one_measures_every_collective():
+    from perfmodel.bench import TimerSettings
+    from perfmodel.distributed import init_distributed, measure_collective, shutdown_distributed
+    from perfmodel.ops import OpCase
+
+    world = init_distributed("cuda")
+    try:
+        assert world.device == "cuda:0" and world.size == 1
+        assert torch.distributed.get_backend() == "nccl"
+        for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                   "all_to_all_uneven", "broadcast"):
+            case = OpCase(op, "forward", "float32", (("world_size", 1), ("bytes", 1 << 20)))
+            results = measure_collective(case, world, TimerSettings(budget_s=0.05), replicates=1)
+            assert len(results) == 1, op
+            assert results[0].measurement.median_s > 0, op
+    finally:
+        shutdown_distributed()
