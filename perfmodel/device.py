@@ -15,7 +15,7 @@ import platform
 import re
 import time
 import warnings
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
@@ -248,11 +248,15 @@ def cuda_spec_from_properties(props: Any, index: int) -> DeviceSpec:
     Data-sheet figures when the model is in DATASHEET; otherwise peaks estimated from
     SMs x FP32 lanes x clock (tensor dtypes scaled by a per-architecture ratio, or
     equal to FP32 when unknown) and bandwidth from the memory clock and bus width.
+    The L2 size is the device's own report when it gives one (an H200 reported
+    60 MiB, where the data sheet's 50 MiB is the H100's).
     """
     sms = int(props.multi_processor_count)
+    l2 = int(getattr(props, "L2_cache_size", 0) or 0)
     sheet = match_datasheet(props.name, int(props.total_memory), sms)
     if sheet is not None:
-        return sheet.to_spec(index=index, name=props.name)
+        spec = sheet.to_spec(index=index, name=props.name)
+        return replace(spec, l2_bytes=l2, llc_bytes=l2) if l2 > 0 else spec
 
     major, minor = int(props.major), int(props.minor)
     clock_khz = int(getattr(props, "clock_rate", 0) or 0)
@@ -269,7 +273,6 @@ def cuda_spec_from_properties(props: Any, index: int) -> DeviceSpec:
         bandwidth = 2.0 * mem_clock_khz * 1e3 * bus_bits / 8  # double data rate
     else:
         bandwidth = _measure_cuda_copy_bandwidth(index)
-    l2 = int(getattr(props, "L2_cache_size", 0) or 0)
     short_name = re.sub(r"^nvidia\s+", "", props.name.strip(), flags=re.IGNORECASE)
     key = f"cuda-{slugify(short_name)}-{round(int(props.total_memory) / _GIGA)}gb"
     return DeviceSpec(

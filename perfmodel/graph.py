@@ -47,7 +47,9 @@ class Task:
     ``"overhead"`` (a gap of the taxonomy; ``name`` is its table key) or
     ``"collective"`` (a torch.distributed collective, forward or backward; its
     ``outputs`` are every tensor it reads or writes).
-    ``measured_s`` is the node's duration in the trace, when timed.
+    ``measured_s`` is the node's duration in the trace, when timed, and
+    ``waited_s`` the part of it the host spent waiting for the device (CUDA
+    synchronize calls; see :data:`perfmodel.trace.HOST_WAIT_CALLS`).
     """
 
     kind: str
@@ -59,6 +61,7 @@ class Task:
     params: dict[str, int] | None = None
     bytes: float = 0.0
     measured_s: float | None = None
+    waited_s: float = 0.0
     region: str | None = None
     inputs: tuple[int, ...] = ()
     outputs: tuple[int, ...] = ()
@@ -184,8 +187,10 @@ def category(name: str) -> str:
 
 
 class _Planner:
-    def __init__(self, world_size: int | None = None):
+    def __init__(self, world_size: int | None = None,
+                 host_waits: list[tuple[float, float]] | None = None):
         self.world_size = world_size
+        self.host_waits = host_waits or []
         self.matches: dict[int, tuple | None] = {}
         self.tasks: list[Task] = []
         self.seq_owner: dict[int, int] = {}  # seq_id -> index of the forward op task
@@ -196,16 +201,26 @@ class _Planner:
         cat = category(parent.name)
         if not children:
             return
-        self.tasks.append(Task("overhead", f"T2.{cat}", "host overhead", region=region,
-                               measured_s=_gap(parent.ts_s, children[0].ts_s)))
+        self._gap_task(f"T2.{cat}", region, parent.ts_s, children[0].ts_s)
         for i, child in enumerate(children):
             if i:
-                self.tasks.append(Task("overhead", f"T1.{cat}.{category(child.name)}",
-                                       "host overhead", region=region,
-                                       measured_s=_gap(children[i - 1].end_s, child.ts_s)))
+                self._gap_task(f"T1.{cat}.{category(child.name)}", region,
+                               children[i - 1].end_s, child.ts_s)
             self.plan(child, backward, region)
-        self.tasks.append(Task("overhead", f"T3.{cat}", "host overhead", region=region,
-                               measured_s=_gap(children[-1].end_s, parent.end_s)))
+        self._gap_task(f"T3.{cat}", region, children[-1].end_s, parent.end_s)
+
+    def _gap_task(self, key: str, region: str | None, start: float | None,
+                  end: float | None) -> None:
+        self.tasks.append(Task("overhead", key, "host overhead", region=region,
+                               measured_s=_gap(start, end),
+                               waited_s=self._waited(start, end)))
+
+    def _waited(self, start: float | None, end: float | None) -> float:
+        """Seconds of ``[start, end]`` the host spent waiting for the device."""
+        if start is None or end is None:
+            return 0.0
+        return sum(max(0.0, min(end, b) - max(start, a)) for a, b in self.host_waits
+                   if a < end and b > start)
 
     def plan(self, node: TraceNode, backward: bool, region: str | None) -> None:
         collective = match_collective(node, self.world_size) if node.name in _COLLECTIVES \
@@ -277,10 +292,9 @@ class _Planner:
                 return True
         return False
 
-    @staticmethod
-    def _task(node: TraceNode, kind: str, family: str, region: str | None, **kw) -> Task:
+    def _task(self, node: TraceNode, kind: str, family: str, region: str | None, **kw) -> Task:
         return Task(kind, node.name, family, bytes=tensor_bytes(node), measured_s=node.dur_s,
-                    region=region, inputs=tuple(node.tensor_ids("inputs")),
+                    waited_s=self._waited(node.ts_s, node.end_s), region=region, inputs=tuple(node.tensor_ids("inputs")),
                     outputs=tuple(node.tensor_ids("outputs")),
                     kernels=[k for n in node.walk() for k in n.kernels],
                     sync=_is_sync(node), n_nodes=sum(1 for _ in node.walk()), **kw)
@@ -313,7 +327,7 @@ def _is_sync(node: TraceNode) -> bool:
 def build_graph(trace: Trace, iteration: TraceNode | None = None) -> Graph:
     """The task graph of ``iteration`` (default: the trace's last iteration)."""
     node = iteration if iteration is not None else trace.last_iteration()
-    planner = _Planner(trace.world_size())
+    planner = _Planner(trace.world_size(), trace.host_waits)
     planner.plan_children(node, node.children, backward=False, region=None)
     return Graph(planner.tasks, node.dur_s, trace.profiler_overhead_s)
 

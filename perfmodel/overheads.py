@@ -92,7 +92,9 @@ def samples_from_graph(workload: str, graph: Graph, bandwidth_B_per_s: float) ->
 
     The profiler's own cost is taken out: one ``profiler_overhead_s`` per gap
     (the hooks of the op before and after it) and one per recorded node of an
-    unmodelled task. Samples are floored at 0.
+    unmodelled task; so is the time the host waited for the device in it
+    (``Task.waited_s``: the simulator adds the waits where the device's work
+    makes them). Samples are floored at 0.
     """
     out = OverheadSamples(workload)
     delta = graph.profiler_overhead_s
@@ -103,7 +105,7 @@ def samples_from_graph(workload: str, graph: Graph, bandwidth_B_per_s: float) ->
             _add(out.gaps, task.name, _gap_s(task, delta))
         elif task.kind == "unmodelled":
             out.leaf.setdefault(task.name, []).append(
-                (max(0.0, task.measured_s - delta * task.n_nodes), task.bytes))
+                (max(0.0, task.measured_s - task.waited_s - delta * task.n_nodes), task.bytes))
         for i, kernel in enumerate(task.kernels):
             _add(out.gaps, "T4", kernel.launch_dur_s)
             if i:
@@ -128,8 +130,9 @@ def traced_gaps_s(graph: Graph) -> float:
 
 
 def _gap_s(task, profiler_overhead_s: float) -> float:
-    """A timed overhead task's gap (s) without the profiler's cost, floored at 0."""
-    return max(0.0, task.measured_s - profiler_overhead_s)
+    """A timed overhead task's gap (s) without the profiler's cost and the host's
+    waits for the device, floored at 0."""
+    return max(0.0, task.measured_s - task.waited_s - profiler_overhead_s)
 
 
 def with_earlier_leaves(new: OverheadSamples, earlier: OverheadSamples | None,

@@ -147,6 +147,9 @@ class Trace:
     #: Scopes a collective backend ran on its worker threads (see
     #: :data:`WORKER_SCOPE_PREFIXES`), detached from the tree, untimed.
     worker_nodes: list[TraceNode] = field(default_factory=list)
+    #: ``(start_s, end_s)`` of every host call that waited for the device
+    #: (:data:`HOST_WAIT_CALLS`), sorted, on the nodes' clock; CUDA traces only.
+    host_waits: list[tuple[float, float]] = field(default_factory=list)
 
     def world_size(self) -> int | None:
         """Ranks of the default process group (``group_size`` of pg ``"0"`` in
@@ -504,6 +507,13 @@ def _reaches_root(node: TraceNode, nodes: dict[int, TraceNode]) -> bool:
     return True
 
 
+#: CUDA runtime and driver calls in which the host waits for the device: time
+#: the device's work takes, not host overhead.
+HOST_WAIT_CALLS = frozenset({
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
+    "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize"})
+
+
 def _attach_timings(path: Path, trace: Trace) -> bool:
     """Set ``ts_s``/``dur_s`` of ET nodes from the Kineto trace, and attach
     device kernels through their launch correlation. Returns whether any node
@@ -543,6 +553,9 @@ def _attach_timings(path: Path, trace: Trace) -> bool:
         node.ts_s = (e["ts"] - origin) * 1e-6
         node.dur_s = e["dur"] * 1e-6
     _attach_kernels(spans, pairs, origin)
+    trace.host_waits = sorted(((e["ts"] - origin) * 1e-6, (e["ts"] + e["dur"] - origin) * 1e-6)
+                              for e in spans if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                              and e.get("name") in HOST_WAIT_CALLS)
     return bool(pairs)
 
 

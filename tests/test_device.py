@@ -363,6 +363,7 @@ def test_detect_device_cuda_uses_datasheet(monkeypatch):
     spec = detect_device("auto")
     assert (spec.key, spec.index, spec.source, spec.name) == ("cuda-h200-141gb", 0, "datasheet", "NVIDIA H200")
     assert spec.peak_flops_for("tf32") == pytest.approx(494.7e12)
+    assert spec.l2_bytes == spec.llc_bytes == 60 * 2**20  # the device's report, not the sheet's
     with pytest.raises(RuntimeError, match="only 1 CUDA device"):
         detect_device("cuda:1")
 

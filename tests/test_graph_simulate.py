@@ -276,9 +276,9 @@ def test_kernels_wait_for_their_inputs_on_other_streams():
     assert result.device_active_s == pytest.approx(6e-3, rel=1e-3)
 
 
-def test_cuda_kernels_are_tied_to_their_ops_and_simulated_on_streams(tmp_path):
-    """The CUDA path on a synthetic trace: Kineto kernels reach their CPU op
-    through the launch's correlation id, and run on their stream in the simulation."""
+def _cuda_trace(tmp_path, extra_events=()):
+    """A synthetic CUDA trace: a linear whose GEMM kernel runs 400 us on stream 7,
+    then an ``aten::item`` that waits for it; the iteration lasts 1 ms."""
     import json
 
     def node(id, name, parent, shapes=(), types=()):
@@ -300,10 +300,17 @@ def test_cuda_kernels_are_tied_to_their_ops_and_simulated_on_streams(tmp_path):
            "dur": 5.0, "args": {"correlation": 7}},
           {"ph": "X", "cat": "kernel", "name": "gemm_kernel", "tid": 7, "ts": 30.0,
            "dur": 400.0, "args": {"correlation": 7, "stream": 7}},
-          {"ph": "X", "cat": "cpu_op", "name": "aten::item", "tid": 1, "ts": 50.0, "dur": 390.0}]
+          {"ph": "X", "cat": "cpu_op", "name": "aten::item", "tid": 1, "ts": 50.0, "dur": 390.0},
+          *extra_events]
     (tmp_path / "t.et.json").write_text(json.dumps(et))
     (tmp_path / "t.kineto.json").write_text(json.dumps({"traceEvents": ev}))
-    trace = load_trace(tmp_path / "t.et.json", tmp_path / "t.kineto.json")
+    return load_trace(tmp_path / "t.et.json", tmp_path / "t.kineto.json")
+
+
+def test_cuda_kernels_are_tied_to_their_ops_and_simulated_on_streams(tmp_path):
+    """The CUDA path on a synthetic trace: Kineto kernels reach their CPU op
+    through the launch's correlation id, and run on their stream in the simulation."""
+    trace = _cuda_trace(tmp_path)
     (kernel,) = trace.nodes[4].kernels
     assert kernel.stream == 7 and kernel.dur_s == pytest.approx(400e-6)
     assert kernel.launch_ts_s == pytest.approx(20e-6)
@@ -316,3 +323,30 @@ def test_cuda_kernels_are_tied_to_their_ops_and_simulated_on_streams(tmp_path):
     assert pred.sim.device_active_s == pytest.approx(1e-3)
     assert pred.total_s >= 1e-3  # the host waits for the kernel at aten::item
     assert any(lane == "stream 7" for lane, *_ in pred.sim.timeline)
+
+
+def test_host_waits_for_the_device_are_not_host_overhead(tmp_path):
+    """Time the host spends in CUDA synchronize calls (``aten::item`` waiting
+    for the GEMM; the step's closing ``torch.cuda.synchronize``) is the
+    device's: the gap and leaf samples leave it out, and the simulator puts the
+    waits back where the kernels make them."""
+    waits = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "tid": 1,
+              "ts": 60.0, "dur": 370.0},
+             {"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "tid": 1,
+              "ts": 450.0, "dur": 500.0}]
+    plain = build_graph(_cuda_trace(tmp_path))
+    graph = build_graph(_cuda_trace(tmp_path, waits))
+    item = next(t for t in graph.tasks if t.name == "aten::item")
+    end = next(t for t in graph.tasks if t.name == "T3.iteration")
+    assert item.waited_s == pytest.approx(370e-6) and end.waited_s == pytest.approx(500e-6)
+    assert all(t.waited_s == 0 for t in plain.tasks)
+    samples = samples_from_graph("t", graph, BANDWIDTH)
+    assert samples.gaps["T3.iteration"] == [pytest.approx(60e-6)]  # 440 -> 1000 us, less 500
+    assert samples.leaf["aten::item"][0][0] == pytest.approx(20e-6)  # 390 us, less 370
+    assert samples_from_graph("t", plain, BANDWIDTH).gaps["T3.iteration"] == [pytest.approx(560e-6)]
+    table = table_from_samples([samples], BANDWIDTH)
+    pred = predict_graph(graph, _Fit(400e-6), table, on_device=True)
+    # the GEMM's 400 us on the device sets the iteration; counted as host
+    # overhead too, the waits made it 1.5 ms
+    assert 400e-6 <= pred.total_s < 600e-6
+    assert pred.breakdown_s["host overhead"] < 100e-6
