@@ -24,11 +24,23 @@ CI_CONFIDENCE = 0.95
 WIDE_SPREAD_REL_IQR = 0.10
 
 STOP_REASONS = ("ci", "budget", "max_samples")
-TIMERS = ("perf_counter", "cuda_event")
+#: ``cuda_event``: events around calls as the host issues them (records from before
+#: the hold); ``cuda_event_queued``: events around calls queued behind a device hold
+#: (see :class:`Timer`), so they time the device's work, not the launches.
+TIMERS = ("perf_counter", "cuda_event", "cuda_event_queued")
 CACHE_STATES = ("hot", "cold")
 
 _NS_PER_S = 1e9
 _MS_PER_S = 1e3
+
+#: A hot CUDA block is queued behind a device-side wait at least this many times
+#: as long as the host took to issue the previous block, and at least
+#: :data:`MIN_HOLD_S` seconds.
+HOLD_FACTOR = 2.0
+MIN_HOLD_S = 1e-4
+#: Cycles of ``torch.cuda._sleep`` timed once per device to convert seconds to cycles.
+_HOLD_CALIBRATION_CYCLES = 1_000_000
+_hold_cycles_per_s: dict[int, float] = {}
 
 
 def _np():
@@ -344,6 +356,13 @@ class Timer:
     timed region, each sample times a single call, and the result is marked "cold".
     `flush_cpu_bytes > 0` (CPU only) does the same with a host buffer of that size,
     evicting the last-level cache.
+
+    On CUDA a hot block is queued behind a device-side wait (``torch.cuda._sleep``)
+    at least :data:`HOLD_FACTOR` times as long as the host took to issue the previous
+    block: the host issues the start event, the calls and the end event while the
+    device waits, so the events time the calls back to back on the device. Without
+    it a block of short kernels times how fast the host launches them. Such
+    measurements say ``timer="cuda_event_queued"``.
     """
 
     def __init__(
@@ -458,21 +477,30 @@ class Timer:
         torch = _torch()
         if not torch.cuda.is_available():
             raise RuntimeError(f"device {self.device!r} requested but torch.cuda.is_available() is False")
-        fn, index = self.fn, self.cuda_index
+        fn, index, clock_ns = self.fn, self.cuda_index, self.clock_ns
+        cold = bool(self.flush_l2_bytes)
         with torch.cuda.device(index):
             start_event = torch.cuda.Event(enable_timing=True)
             end_event = torch.cuda.Event(enable_timing=True)
+            # the cold path's flush kernel already keeps the device busy while the
+            # host issues its one call
+            hold = None if cold else _device_hold(torch, index)
+            issue_s = [MIN_HOLD_S]  # host seconds the last block took to issue
 
             def time_block(number: int) -> float:
+                if hold is not None:
+                    hold(HOLD_FACTOR * issue_s[0])
+                start = clock_ns()
                 start_event.record()
                 for _ in range(number):
                     fn()
                 end_event.record()
+                issue_s[0] = (clock_ns() - start) / _NS_PER_S
                 torch.cuda.synchronize(index)
                 return start_event.elapsed_time(end_event) / _MS_PER_S
 
             flush = None
-            if self.flush_l2_bytes:
+            if cold:
                 flush_buffer = torch.empty(2 * self.flush_l2_bytes, dtype=torch.uint8, device=f"cuda:{index}")
                 flush = flush_buffer.zero_
 
@@ -480,8 +508,32 @@ class Timer:
             return self._run(
                 time_block,
                 before_sample=flush,
-                force_single=bool(self.flush_l2_bytes),
-                timer="cuda_event",
-                cache="cold" if self.flush_l2_bytes else "hot",
+                force_single=cold,
+                timer="cuda_event" if hold is None else "cuda_event_queued",
+                cache="cold" if cold else "hot",
                 threads=None,
             )
+
+
+def _device_hold(torch, index: int) -> Callable[[float], None] | None:
+    """A function that makes device ``index`` wait for at least the given seconds
+    (at least :data:`MIN_HOLD_S`) before the work queued after it; None where torch
+    has no ``torch.cuda._sleep``. Its cycles per second are timed once per device."""
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is None:
+        return None
+    if index not in _hold_cycles_per_s:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        sleep(_HOLD_CALIBRATION_CYCLES)  # first call: the kernel's one-off load
+        start.record()
+        sleep(_HOLD_CALIBRATION_CYCLES)
+        end.record()
+        torch.cuda.synchronize(index)
+        elapsed_s = start.elapsed_time(end) / _MS_PER_S
+        _hold_cycles_per_s[index] = _HOLD_CALIBRATION_CYCLES / max(elapsed_s, 1e-9)
+    cycles_per_s = _hold_cycles_per_s[index]
+
+    def hold(seconds: float) -> None:
+        sleep(int(cycles_per_s * max(seconds, MIN_HOLD_S)))
+
+    return hold

@@ -23,7 +23,7 @@ def test_device_spec_describes_the_gpu():
 def test_timer_uses_cuda_events_in_blocks():
     x = torch.randn(1 << 16, device="cuda")
     m = Timer(lambda: x.mul_(1.0), device="cuda", budget_s=0.05, min_block_s=1e-4).measure()
-    assert (m.timer, m.cache, m.threads) == ("cuda_event", "hot", None)
+    assert (m.timer, m.cache, m.threads) == ("cuda_event_queued", "hot", None)
     assert m.number > 1 and 0 < m.min_s <= m.median_s
 
 

@@ -351,6 +351,45 @@ def test_cuda_path_cold_flushes_outside_the_events(monkeypatch):
     assert m.samples_s == pytest.approx([1e-5] * m.n)  # the 1 ms flush is not timed
 
 
+def _with_device_sleep(torch, clock, log):
+    """Give the fake torch a ``cuda._sleep`` that waits 1 ns per cycle on `clock`."""
+    log.sleeps = []
+
+    def sleep(cycles):
+        log.sleeps.append(cycles)
+        clock.advance(cycles * 1e-9)
+
+    torch.cuda._sleep = sleep
+
+
+def test_cuda_path_hot_queues_each_block_behind_a_device_hold(monkeypatch):
+    clock = FakeClock()
+    torch, log = fake_torch(clock)
+    _with_device_sleep(torch, clock, log)
+    monkeypatch.setattr(timing, "_torch", lambda: torch)
+    monkeypatch.setattr(timing, "_hold_cycles_per_s", {})
+    m = Timer(planted_op(clock, [1e-3]), device="cuda", clock_ns=clock).measure()
+    assert (m.timer, m.cache, m.number) == ("cuda_event_queued", "hot", 1)
+    assert m.samples_s == pytest.approx([1e-3] * m.n)  # the holds run before the start event
+    calibration, holds = log.sleeps[:2], log.sleeps[2:]
+    assert calibration == [timing._HOLD_CALIBRATION_CYCLES] * 2  # timed: 1e9 cycles per s
+    assert len(holds) == m.warmup_n + m.n  # one before every block
+    # the first block waits the minimum, each later one twice the host's 1 ms to issue
+    assert holds[0] == round(1e9 * timing.HOLD_FACTOR * timing.MIN_HOLD_S)
+    assert set(holds[1:]) == {round(1e9 * timing.HOLD_FACTOR * 1e-3)}
+    Timer(planted_op(clock, [1e-3]), device="cuda", clock_ns=clock).measure()
+    assert log.sleeps.count(timing._HOLD_CALIBRATION_CYCLES) == 2  # calibrated once per device
+
+
+def test_cuda_path_cold_needs_no_hold(monkeypatch):
+    clock = FakeClock()
+    torch, log = fake_torch(clock, flush_cost_s=1e-3)
+    _with_device_sleep(torch, clock, log)
+    monkeypatch.setattr(timing, "_torch", lambda: torch)
+    m = Timer(planted_op(clock, [1e-5]), device="cuda", flush_l2_bytes=2**20, clock_ns=clock).measure()
+    assert (m.timer, m.cache) == ("cuda_event", "cold") and log.sleeps == []
+
+
 def test_cuda_path_without_cuda_raises(monkeypatch):
     torch, _ = fake_torch(FakeClock())
     torch.cuda.is_available = lambda: False
