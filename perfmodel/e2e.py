@@ -86,6 +86,9 @@ class E2EResult:
     #: prediction without that drift (s); None when not measured
     host_drift: dict[str, float] | None = None
     predicted_fit_speed_s: float | None = None
+    #: ``op.direction`` -> (calls, largest ratio) predicted beyond the fit's
+    #: configs (:func:`perfmodel.predict.beyond_fit`)
+    beyond_fit: dict[str, tuple[int, float]] = field(default_factory=dict)
     prediction: Prediction | None = field(default=None, repr=False)
     graph: Graph | None = field(default=None, repr=False)
 
@@ -142,6 +145,8 @@ class E2EResult:
                 "traced_gaps_s": self.traced_gaps_s, "first_measured_s": self.first_measured_s,
                 **({"fit_data": self.fit_data} if self.fit_data else {}),
                 **({"contention": self.contention} if self.contention else {}),
+                **({"beyond_fit": {k: list(v) for k, v in self.beyond_fit.items()}}
+                   if self.beyond_fit else {}),
                 **({"host_drift": self.host_drift,
                     "predicted_fit_speed_s": self.predicted_fit_speed_s}
                    if self.host_drift else {}), "env": env}
@@ -244,7 +249,8 @@ def predict_and_measure(name: str, step: Callable[[], object], items: int, graph
     return E2EResult(name, measured, shared.total_s, shared.breakdown_s, own.total_s,
                      dict(sorted(shared.sim.regions_s.items())), shared.unmodelled,
                      shared.no_predictor, shared.n_tasks, graph.measured_s, table.workloads,
-                     dict(bias or {}), traced_gaps_s(graph), prediction=shared, graph=graph)
+                     dict(bias or {}), traced_gaps_s(graph), beyond_fit=shared.beyond_fit,
+                     prediction=shared, graph=graph)
 
 
 def measure_again(result: E2EResult, step: Callable[[], object], items: int, device: str,

@@ -22,6 +22,9 @@ class Forecast:
     unmodelled: list = field(default_factory=list)  # (name, count, share of traced time)
     traced_s: float | None = None
     measured: IterationTiming | None = None
+    #: op.direction -> (calls, largest ratio) beyond the fitted configs
+    #: (:func:`perfmodel.predict.beyond_fit`)
+    beyond_fit: dict[str, tuple[int, float]] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         """Predicted time, breakdown by category and region (ms and share),
@@ -37,6 +40,11 @@ class Forecast:
                for n, c, s in self.unmodelled[:3]]
         if top:
             out.append(f"  unmodelled: {', '.join(top)}"[:100])
+        far = sorted(self.beyond_fit.items(), key=lambda kv: -kv[1][1])[:4]
+        if far:
+            out.append("  extrapolated beyond the fitted configs (calls, most x the largest "
+                       "fitted FLOPs or bytes): "
+                       + ", ".join(f"{k} {n}, {r:.0f}x" for k, (n, r) in far))
         if self.traced_s:
             out.append(f"  traced iteration {self.traced_s * 1e3:.2f} ms (under the profiler)")
         m = self.measured
@@ -81,7 +89,8 @@ def forecast_workload(name: str, results_root: Path, device: str | None = None,
     result = predict_step(step.step, step.items, name, fit, table, torch_device,
                           spec.mem_bandwidth_Bps, measure)
     return Forecast(name, spec.key, result.predicted_s, result.breakdown_s, result.regions_s,
-                    result.unmodelled, result.traced_s, result.measured if measure else None)
+                    result.unmodelled, result.traced_s, result.measured if measure else None,
+                    result.beyond_fit)
 
 
 def forecast_trace(et: Path, kineto: Path | None, calibration: Path | None,
@@ -101,4 +110,5 @@ def forecast_trace(et: Path, kineto: Path | None, calibration: Path | None,
     pred = predict_graph(graph, fit, table, torch_device.startswith("cuda"))
     name = et.name.removesuffix(".json").removesuffix(".et")
     return Forecast(name, spec.key, pred.total_s, pred.breakdown_s,
-                    dict(sorted(pred.sim.regions_s.items())), pred.unmodelled, graph.measured_s)
+                    dict(sorted(pred.sim.regions_s.items())), pred.unmodelled, graph.measured_s,
+                    beyond_fit=pred.beyond_fit)

@@ -31,6 +31,9 @@ class Prediction:
     unmodelled: list[tuple[str, int, float | None]] = field(default_factory=list)
     no_predictor: dict[str, int] = field(default_factory=dict)
     n_tasks: int = 0
+    #: ``op.direction`` -> (calls, largest ratio) of op calls predicted beyond
+    #: their fit's configs (see :func:`beyond_fit`)
+    beyond_fit: dict[str, tuple[int, float]] = field(default_factory=dict)
 
 
 def op_predictions(tasks: list[Task], fit) -> tuple[list[float | None], dict[str, int]]:
@@ -53,6 +56,29 @@ def op_predictions(tasks: list[Task], fit) -> tuple[list[float | None], dict[str
         for i, value in zip(indices, values):
             out[i] = max(0.0, float(value))
     return out, missing
+
+
+#: An op call needing this many times the FLOPs (or bytes) of the largest config
+#: its predictor was fitted on is reported as predicted beyond the fit.
+BEYOND_FIT_FACTOR = 4.0
+
+
+def beyond_fit(tasks: list[Task], fit, factor: float = BEYOND_FIT_FACTOR
+               ) -> dict[str, tuple[int, float]]:
+    """Per ``op.direction``, (calls, largest ratio) of the op tasks that need
+    more than ``factor`` times the FLOPs or bytes of the largest config their
+    predictor was fitted on (:meth:`perfmodel.fitting.OpAccuracy.beyond`): the
+    fit extrapolates there. Fits that did not record their range report none."""
+    accuracy = getattr(fit, "accuracy", {})
+    out: dict[str, tuple[int, float]] = {}
+    for task in tasks:
+        acc = accuracy.get((task.op, task.direction)) if task.kind == "op" else None
+        ratio = acc.beyond(task.params, task.dtype) if acc is not None else None
+        if ratio is not None and ratio > factor:
+            key = f"{task.op}.{task.direction}"
+            n, worst = out.get(key, (0, 0.0))
+            out[key] = (n + 1, max(worst, ratio))
+    return out
 
 
 def parse_bias(spec: str) -> dict[str, float]:
@@ -158,4 +184,5 @@ def predict_graph(graph: Graph, fit, table: OverheadTable, on_device: bool = Fal
     tasks, missing = sim_tasks(graph, fit, table, on_device, bias)
     sim = simulate(tasks, keep_timeline=keep_timeline)
     return Prediction(sim.total_s, dict(sorted(sim.breakdown_s.items())), sim,
-                      graph.unmodelled(), missing, len(graph.tasks))
+                      graph.unmodelled(), missing, len(graph.tasks),
+                      beyond_fit(graph.tasks, fit))

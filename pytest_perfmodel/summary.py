@@ -32,6 +32,12 @@ def _short(node_name: str) -> str:
         .replace("torch::autograd::", "")
 
 
+def _short_op(key: str) -> str:
+    """``linear.forward`` -> ``linear.fwd``."""
+    op, _, direction = key.rpartition(".")
+    return f"{op}.{_SHORT.get(direction, direction)}"
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f}ms"
 
@@ -76,6 +82,14 @@ def summary_lines(pm: PerfmodelSession, quiet: bool = False) -> list[str]:
                             for name, n, share in r.unmodelled[:3])
             if top:
                 lines.append(f"  {r.workload} unmodelled: {top}"[:100])
+            far = sorted(r.beyond_fit.items(), key=lambda kv: -kv[1][1])[:4]
+            if far:
+                (key, (n, ratio)), rest = far[0], far[1:]
+                lines.append(f"WARN {r.workload}: extrapolated beyond the fitted configs: "
+                             f"{_short_op(key)} ({n} calls, up to {ratio:.0f}x the largest "
+                             f"fitted config's FLOPs or bytes)" + "".join(
+                                 f", {_short_op(k)} ({c} calls, up to {x:.0f}x)"
+                                 for k, (c, x) in rest))
             if r.host_drift:
                 lines.append(f"  {r.workload} host since the fit: compute "
                              f"x{r.host_drift['compute']:.2f}, memory x{r.host_drift['memory']:.2f}"

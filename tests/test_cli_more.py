@@ -105,3 +105,14 @@ def test_help(command, capsys):
     with pytest.raises(SystemExit) as exit_:
         main([command, "--help"])
     assert exit_.value.code == 0 and f"usage: perfmodel {command}" in capsys.readouterr().out
+
+
+def test_forecast_lines_name_the_ops_beyond_the_fit():
+    from perfmodel.forecast import Forecast
+
+    lines = Forecast("mlp_small", "cuda-h200-141gb", 0.0124, {"gemm": 0.001},
+                     beyond_fit={"linear.forward": (3, 94.2), "relu.forward": (2, 6.0)}).lines()
+    assert ("  extrapolated beyond the fitted configs (calls, most x the largest fitted FLOPs "
+            "or bytes): linear.forward 3, 94x, relu.forward 2, 6x") in lines
+    assert not any("extrapolated" in line
+                   for line in Forecast("m", "k", 0.01, {"gemm": 0.01}).lines())

@@ -74,6 +74,45 @@ def test_too_few_configs_is_reported_not_raised():
         report.predictor("bmm", "forward")
 
 
+def test_fit_records_its_largest_config_and_measures_calls_beyond_it(tmp_path):
+    records = planted_records()
+    report = fit_predictors(records, SPEC)
+    acc = report.accuracy[("linear", "forward")]
+    op = get_op("linear")
+    fitted = [r["config"] for r in records if r["direction"] == "forward"]
+    assert acc.largest_flops == max(op.flops(c, "forward") for c in fitted)
+    assert acc.largest_bytes == max(op.bytes_moved(c, r["dtype"], "forward")
+                                    for c, r in zip(fitted, (r for r in records
+                                                             if r["direction"] == "forward")))
+    biggest = max(fitted, key=lambda c: op.flops(c, "forward"))
+    assert acc.beyond(biggest, "float32") == pytest.approx(1.0)
+    # 16 times the batch: 16 times the FLOPs; the bytes grow less
+    assert acc.beyond({**biggest, "B": 16 * biggest["B"]}, "float32") == pytest.approx(16.0)
+    store = ResultStore(tmp_path, SPEC.key)
+    loaded = load_fit(save_fit(report, store, "run-1")).accuracy[("linear", "forward")]
+    assert (loaded.largest_flops, loaded.largest_bytes) == (acc.largest_flops, acc.largest_bytes)
+    # fits saved before the range was recorded cannot tell
+    index = json.loads((store.predictors_dir / "run-1" / "index.json").read_text())
+    for entry in index["entries"]:
+        del entry["accuracy"]["largest_flops"], entry["accuracy"]["largest_bytes"]
+    (store.predictors_dir / "run-1" / "index.json").write_text(json.dumps(index))
+    old = load_fit(store.predictors_dir / "run-1").accuracy[("linear", "forward")]
+    assert old.beyond(biggest, "float32") is None
+
+
+@pytest.fixture(scope="module")
+def planted_fit():
+    return fit_predictors(planted_records(), SPEC)
+
+
+@given(index=st.integers(0, 10_000), direction=st.sampled_from(["forward", "backward"]))
+def test_no_fitted_config_is_beyond_its_own_fit(planted_fit, index, direction):
+    acc = planted_fit.accuracy[("linear", direction)]
+    cases = [c for c in get_op("linear").cases("quick") if c.direction == direction]
+    case = cases[index % len(cases)]
+    assert 0.0 < acc.beyond(case.params, case.dtype) <= 1.0
+
+
 def test_saved_fit_predicts_the_same(tmp_path):
     report = fit_predictors(planted_records(), SPEC)
     store = ResultStore(tmp_path, SPEC.key)

@@ -276,6 +276,28 @@ def test_kernels_wait_for_their_inputs_on_other_streams():
     assert result.device_active_s == pytest.approx(6e-3, rel=1e-3)
 
 
+def test_calls_beyond_the_fitted_configs_are_reported(graph):
+    """An op whose call needs more than 4x the FLOPs (or bytes) of the largest
+    config its predictor was fitted on is listed with its count and ratio."""
+    from perfmodel.fitting import OpAccuracy
+    from perfmodel.predict import beyond_fit
+
+    def accuracy(op, direction, flops, moved):
+        return OpAccuracy(op, direction, 8, 16, "shape", "", 0.1, 0.1, 0.2, None, None, 0,
+                          largest_flops=flops, largest_bytes=moved)
+
+    fit = _Fit(1e-5)
+    # the MLP's linears: 8x16x32 and 8x32x1 (8,448 and 528 FLOPs forward, biases included)
+    fit.accuracy = {("linear", "forward"): accuracy("linear", "forward", 1024.0, 1e9),
+                    ("relu", "forward"): accuracy("relu", "forward", 1e9, 1e9),
+                    ("linear", "backward"): accuracy("linear", "backward", None, None)}
+    assert beyond_fit(graph.tasks, fit) == {"linear.forward": (1, pytest.approx(8.25))}
+    assert beyond_fit(graph.tasks, fit, factor=8.5) == {}
+    pred = predict_graph(graph, fit, table_from_samples([], BANDWIDTH))
+    assert pred.beyond_fit == {"linear.forward": (1, pytest.approx(8.25))}
+    assert predict_graph(graph, _Fit(1e-5), table_from_samples([], BANDWIDTH)).beyond_fit == {}
+
+
 def _cuda_trace(tmp_path, extra_events=()):
     """A synthetic CUDA trace: a linear whose GEMM kernel runs 400 us on stream 7,
     then an ``aten::item`` that waits for it; the iteration lasts 1 ms."""

@@ -429,6 +429,27 @@ def test_summary_shows_each_workloads_floor_and_the_geomeans(pytester, planted_r
         "geomean |error| of 2 workloads: 6.0% shared, 3.2% own overheads; floor 8.5%"])
 
 
+def test_summary_warns_of_ops_predicted_beyond_the_fitted_configs(pytester, planted_results):
+    results, _ = planted_results
+    pytester.makepyfile("""
+import pytest
+from perfmodel.e2e import E2EResult, IterationTiming
+
+@pytest.mark.e2e
+def test_planted(perfmodel_session):
+    perfmodel_session.record_e2e(E2EResult(
+        "mlp_small", IterationTiming(0.1, 0.001, 15, 3, 2560.0), 0.1,
+        beyond_fit={"linear.forward": (3, 94.2), "relu.backward": (2, 6.1)}))
+""")
+    out = run(pytester, results, "-m", "e2e")
+    out.stdout.fnmatch_lines([
+        "WARN mlp_small: extrapolated beyond the fitted configs: linear.fwd (3 calls, up to 94x*",
+        "*fitted config's FLOPs or bytes), relu.bwd (2 calls, up to 6x)"])
+    record = next(json.loads(line) for f in (results / planted_results[1] / "runs").glob("*.jsonl")
+                  for line in f.read_text().splitlines() if '"e2e"' in line)
+    assert record["beyond_fit"] == {"linear.forward": [3, 94.2], "relu.backward": [2, 6.1]}
+
+
 def test_summary_quiet_prints_only_failures(pytester, planted_results):
     results, key = planted_results
     plant_baseline(results, key, BASE)
