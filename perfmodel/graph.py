@@ -294,7 +294,8 @@ class _Planner:
 
     def _task(self, node: TraceNode, kind: str, family: str, region: str | None, **kw) -> Task:
         return Task(kind, node.name, family, bytes=tensor_bytes(node), measured_s=node.dur_s,
-                    waited_s=self._waited(node.ts_s, node.end_s), region=region, inputs=tuple(node.tensor_ids("inputs")),
+                    waited_s=self._waited(node.ts_s, node.end_s), region=region,
+                    inputs=tuple(node.tensor_ids("inputs")),
                     outputs=tuple(node.tensor_ids("outputs")),
                     kernels=[k for n in node.walk() for k in n.kernels],
                     sync=_is_sync(node), n_nodes=sum(1 for _ in node.walk()), **kw)

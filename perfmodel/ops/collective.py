@@ -198,7 +198,8 @@ class AllGather(Collective):
         import torch.distributed as dist
 
         out = torch.empty(world_size * x.numel(), dtype=x.dtype, device=x.device)
-        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # torch 2.11 has only the older name
+        # torch 2.11 has only the older name
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
         return lambda: gather(out, x, async_op=True)
 
 
@@ -214,7 +215,8 @@ class ReduceScatter(Collective):
         import torch.distributed as dist
 
         out = torch.empty(x.numel() // world_size, dtype=x.dtype, device=x.device)
-        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor  # torch 2.11 has only the older name
+        # torch 2.11 has only the older name
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
         return lambda: scatter(out, x, async_op=True)
 
 
