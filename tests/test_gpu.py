@@ -53,3 +53,30 @@ def test_nccl_world_of_one_measures_every_collective():
             assert results[0].measurement.median_s > 0, op
     finally:
         shutdown_distributed()
+
+
+def test_a_traced_step_ties_kernels_to_ops_and_sees_the_host_wait(tmp_path):
+    """A CUDA training step's trace: kernels reach their ops, and the step's
+    closing synchronize is a host wait, not host overhead."""
+    from perfmodel.e2e import capture_graph
+    from perfmodel.overheads import samples_from_graph
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(),
+                                torch.nn.Linear(256, 1)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, foreach=True)
+    x, y = torch.randn(64, 256, device="cuda"), torch.randn(64, 1, device="cuda")
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+    graph = capture_graph(step, tmp_path, "mlp", "cuda:0")
+    linears = [t for t in graph.tasks if t.kind == "op" and t.op == "linear"]
+    assert len(linears) == 4 and all(t.kernels for t in linears)  # two forward, two backward
+    end = next(t for t in reversed(graph.tasks) if t.name == "T3.iteration")
+    assert 0 < end.waited_s <= end.measured_s
+    gaps = samples_from_graph("mlp", graph, 1e12).gaps["T3.iteration"]
+    assert gaps == [pytest.approx(max(0.0, end.measured_s - end.waited_s
+                                      - graph.profiler_overhead_s))]
