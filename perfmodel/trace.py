@@ -345,10 +345,12 @@ def load_trace(et_path: Path, kineto_path: Path | None = None,
             raise TraceError(f"{et_path}: node #{index} repeats id {node.id}")
         nodes[node.id] = node
     roots = []
+    # With a backend's worker scopes in the trace, the observer's parents are only
+    # what was open on the main thread, and some are never written.
+    workers_ran = any(n.name.startswith(WORKER_SCOPE_PREFIXES) for n in nodes.values())
     for node in sorted(nodes.values(), key=lambda n: n.id):
         parent = nodes.get(node.parent)
-        if parent is None and node.parent not in (-1, 0, node.id) \
-                and node.name.startswith(WORKER_SCOPE_PREFIXES):
+        if parent is None and node.parent not in (-1, 0, node.id) and workers_ran:
             parent = _nearest_earlier(nodes, node)
         if parent is None or parent is node:
             if node.parent != node.id and node.parent not in (-1, 0) and parent is None:
@@ -378,11 +380,13 @@ def load_trace(et_path: Path, kineto_path: Path | None = None,
 
 
 def _nearest_earlier(nodes: dict[int, TraceNode], scope: TraceNode) -> TraceNode | None:
-    """The parent a worker scope gets when the one it names is not in the trace:
-    the node that started just before it (ids are start order). Its observer
-    parent is only whatever was open on the main thread (a 4-rank ``dlrm_mp``
-    trace once named a node the observer never wrote); the scope is detached
-    and the main thread's tree rebuilt from the Kineto times anyway."""
+    """The parent a node gets when the one it names is not in a trace with
+    worker scopes: the node that started just before it (ids are start order).
+    The observer parent of a worker scope is only whatever was open on the main
+    thread (a 4-rank ``dlrm_mp`` trace once named a node the observer never
+    wrote, and a 2-rank ``ddp_mlp`` one an ``aten::as_strided`` whose parent was
+    never written); the scopes are detached and the main thread's tree rebuilt
+    from the Kineto times anyway."""
     earlier = [i for i in nodes if i < scope.id]
     if not earlier:
         return None

@@ -86,6 +86,11 @@ def test_a_worker_scope_naming_an_absent_parent_hangs_under_the_node_before_it(t
     trace = load_trace(path)
     assert [w.name for w in trace.worker_nodes] == ["gloo:all_to_all"]
     assert [c.name for c in trace.nodes[4].children] == ["aten::add"]
+    # so may any node's, once worker scopes ran (seen on a 2-rank ddp_mlp trace)
+    path = _write(tmp_path, _et([*ROOTS, _node(4, "gloo:all_reduce", 3),
+                                 _node(5, "aten::mul", 3), _node(8, "aten::as_strided", 7)]),
+                  "ddp.et.json")
+    assert [c.name for c in load_trace(path).nodes[5].children] == ["aten::as_strided"]
     with pytest.raises(TraceError, match="node 7 \\(aten::add\\) names parent 5"):
         load_trace(_write(tmp_path, _et([*ROOTS, _node(7, "aten::add", 5)]), "op.et.json"))
 
