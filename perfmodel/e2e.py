@@ -87,8 +87,8 @@ class E2EResult:
     host_drift: dict[str, float] | None = None
     predicted_fit_speed_s: float | None = None
     #: ``op.direction`` -> (calls, largest ratio) predicted beyond the fit's
-    #: configs (:func:`perfmodel.predict.beyond_fit`)
-    beyond_fit: dict[str, tuple[int, float]] = field(default_factory=dict)
+    #: configs (:func:`perfmodel.predict.beyond_fit`); None when the fit does not say
+    beyond_fit: dict[str, tuple[int, float]] | None = None
     prediction: Prediction | None = field(default=None, repr=False)
     graph: Graph | None = field(default=None, repr=False)
 
@@ -145,8 +145,7 @@ class E2EResult:
                 "traced_gaps_s": self.traced_gaps_s, "first_measured_s": self.first_measured_s,
                 **({"fit_data": self.fit_data} if self.fit_data else {}),
                 **({"contention": self.contention} if self.contention else {}),
-                **({"beyond_fit": {k: list(v) for k, v in self.beyond_fit.items()}}
-                   if self.beyond_fit else {}),
+                "beyond_fit": self.beyond_fit,
                 **({"host_drift": self.host_drift,
                     "predicted_fit_speed_s": self.predicted_fit_speed_s}
                    if self.host_drift else {}), "env": env}

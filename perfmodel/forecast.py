@@ -23,8 +23,8 @@ class Forecast:
     traced_s: float | None = None
     measured: IterationTiming | None = None
     #: op.direction -> (calls, largest ratio) beyond the fitted configs
-    #: (:func:`perfmodel.predict.beyond_fit`)
-    beyond_fit: dict[str, tuple[int, float]] = field(default_factory=dict)
+    #: (:func:`perfmodel.predict.beyond_fit`; None: the fit does not say)
+    beyond_fit: dict[str, tuple[int, float]] | None = None
 
     def lines(self) -> list[str]:
         """Predicted time, breakdown by category and region (ms and share),
@@ -40,7 +40,7 @@ class Forecast:
                for n, c, s in self.unmodelled[:3]]
         if top:
             out.append(f"  unmodelled: {', '.join(top)}"[:100])
-        far = sorted(self.beyond_fit.items(), key=lambda kv: -kv[1][1])[:4]
+        far = sorted((self.beyond_fit or {}).items(), key=lambda kv: -kv[1][1])[:4]
         if far:
             out.append("  extrapolated beyond the fitted configs (calls, most x the largest "
                        "fitted FLOPs or bytes): "

@@ -62,7 +62,7 @@ from perfmodel.e2e import (MEASURE, TRACE_ITERATIONS, TRACE_WARMUP, E2EResult, I
 from perfmodel.graph import Graph, build_graph
 from perfmodel.overheads import OverheadTable, samples_from_graph, table_from_samples
 from perfmodel.plaindata import write_json_atomic
-from perfmodel.predict import CommPrice, sim_tasks
+from perfmodel.predict import CommPrice, beyond_fit, sim_tasks
 from perfmodel.ops.collective import HOST_CPU, LOADED
 from perfmodel.simulate import MultiRankResult, simulate_ranks
 from perfmodel.trace import TraceFiles, capture_trace, load_trace
@@ -355,7 +355,9 @@ def result_from_record(data: dict) -> E2EResult:
         [tuple(row) for row in data["unmodelled"]], data["no_predictor"], data["n_tasks"],
         data["traced_s"], tuple(data["overhead_workloads"]), data["bias"],
         fit_data=data.get("fit_data"), contention=data.get("contention"),
-        host_drift=data.get("host_drift"), predicted_fit_speed_s=data.get("predicted_fit_speed_s"))
+        host_drift=data.get("host_drift"), predicted_fit_speed_s=data.get("predicted_fit_speed_s"),
+        beyond_fit=None if data.get("beyond_fit") is None else {
+            k: tuple(v) for k, v in data["beyond_fit"].items()})
 
 
 # -- the ranks ------------------------------------------------------------------------------
@@ -475,6 +477,7 @@ def result_record(label: str, graphs: list[Graph], fit, table: OverheadTable,
         "breakdown_s": shared.breakdown_s, "regions_s": shared.regions_s,
         "unmodelled": sorted(unmodelled.values(), key=lambda r: (-r[2], -r[1], r[0])),
         "no_predictor": shared.no_predictor, "n_tasks": sum(len(g.tasks) for g in graphs),
+        "beyond_fit": beyond_fit([t for g in graphs for t in g.tasks], fit),
         "traced_s": max(traced) if traced else None,
         "overhead_workloads": list(table.workloads), "bias": bias,
         "fit_data": fit.data_id}

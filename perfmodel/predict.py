@@ -32,8 +32,8 @@ class Prediction:
     no_predictor: dict[str, int] = field(default_factory=dict)
     n_tasks: int = 0
     #: ``op.direction`` -> (calls, largest ratio) of op calls predicted beyond
-    #: their fit's configs (see :func:`beyond_fit`)
-    beyond_fit: dict[str, tuple[int, float]] = field(default_factory=dict)
+    #: their fit's configs (see :func:`beyond_fit`); None when the fit does not say
+    beyond_fit: dict[str, tuple[int, float]] | None = None
 
 
 def op_predictions(tasks: list[Task], fit) -> tuple[list[float | None], dict[str, int]]:
@@ -64,21 +64,24 @@ BEYOND_FIT_FACTOR = 4.0
 
 
 def beyond_fit(tasks: list[Task], fit, factor: float = BEYOND_FIT_FACTOR
-               ) -> dict[str, tuple[int, float]]:
+               ) -> dict[str, tuple[int, float]] | None:
     """Per ``op.direction``, (calls, largest ratio) of the op tasks that need
     more than ``factor`` times the FLOPs or bytes of the largest config their
     predictor was fitted on (:meth:`perfmodel.fitting.OpAccuracy.beyond`): the
-    fit extrapolates there. Fits that did not record their range report none."""
+    fit extrapolates there. None when no op task's predictor recorded its range
+    (fits saved before it was recorded)."""
     accuracy = getattr(fit, "accuracy", {})
     out: dict[str, tuple[int, float]] = {}
+    known = False
     for task in tasks:
         acc = accuracy.get((task.op, task.direction)) if task.kind == "op" else None
         ratio = acc.beyond(task.params, task.dtype) if acc is not None else None
+        known = known or ratio is not None
         if ratio is not None and ratio > factor:
             key = f"{task.op}.{task.direction}"
             n, worst = out.get(key, (0, 0.0))
             out[key] = (n + 1, max(worst, ratio))
-    return out
+    return out if known else None
 
 
 def parse_bias(spec: str) -> dict[str, float]:

@@ -82,7 +82,7 @@ def summary_lines(pm: PerfmodelSession, quiet: bool = False) -> list[str]:
                             for name, n, share in r.unmodelled[:3])
             if top:
                 lines.append(f"  {r.workload} unmodelled: {top}"[:100])
-            far = sorted(r.beyond_fit.items(), key=lambda kv: -kv[1][1])[:4]
+            far = sorted((r.beyond_fit or {}).items(), key=lambda kv: -kv[1][1])[:4]
             if far:
                 (key, (n, ratio)), rest = far[0], far[1:]
                 lines.append(f"WARN {r.workload}: extrapolated beyond the fitted configs: "

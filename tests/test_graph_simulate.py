@@ -295,7 +295,10 @@ def test_calls_beyond_the_fitted_configs_are_reported(graph):
     assert beyond_fit(graph.tasks, fit, factor=8.5) == {}
     pred = predict_graph(graph, fit, table_from_samples([], BANDWIDTH))
     assert pred.beyond_fit == {"linear.forward": (1, pytest.approx(8.25))}
-    assert predict_graph(graph, _Fit(1e-5), table_from_samples([], BANDWIDTH)).beyond_fit == {}
+    # a fit that never recorded its range cannot say
+    assert predict_graph(graph, _Fit(1e-5), table_from_samples([], BANDWIDTH)).beyond_fit is None
+    fit.accuracy = {("linear", "backward"): accuracy("linear", "backward", None, None)}
+    assert beyond_fit(graph.tasks, fit) is None
 
 
 def _cuda_trace(tmp_path, extra_events=()):

@@ -68,7 +68,9 @@ def plant_results(root, key, spec=SPEC, collectives=True, directions=("forward",
         "gemm": 0.08, "elementwise": 0.01, "host overhead": 0.02},
         traced_breakdown_s={"gemm": 0.09, "elementwise": 0.02, "host overhead": 0.01},
         traced_s=0.12))
-    writer.append(e2e_record("dlrm_tbe", 0.020, 0.019, breakdown_s={"embedding": 0.015}))
+    writer.append(e2e_record("dlrm_tbe", 0.020, 0.019, breakdown_s={"embedding": 0.015},
+                             beyond_fit={"linear.forward": [3, 94.2], "relu.forward": [2, 6.0],
+                                         "add.forward": [1, 5.0]}))
     writer.close()
     report = FitReport(data_runs=(RUN,))
     for key_, samples in samples_from_records(measurements).items():
@@ -141,6 +143,9 @@ def test_report_tables_carry_the_stored_figures(report):
     assert "+3.0% ± 1.0%" in row and "regressed" in row  # baseline; allowed 6%: fails
     row = re.search(r"<tr[^>]*><td class=\"text\">dlrm_tbe</td>.*?</tr>", text).group(0)
     assert ">new<" in row  # not in the baseline
+    assert "linear.forward 3, ×94; relu.forward 2, ×6 (+1 ops)" in row  # beyond the fit
+    assert "<td>n/a</td></tr>" in re.search(  # a record from before the field
+        r"<tr[^>]*><td class=\"text\">mlp_small</td>.*?</tr>", text).group(0)
     assert "mlp_small: no trace stored" in text
     assert any("plotting accuracy" in line for line in lines)
 

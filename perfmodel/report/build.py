@@ -225,17 +225,37 @@ def _e2e_table(data: ReportData, latest: dict[str, dict], settings) -> str:
                      _pct(errors[workload], signed=True), _pct(r.get("error_own")),
                      "n/a" if entry is None else f"{entry.mean:+.1%} ± {entry.spread:.1%}",
                      "n/a" if entry is None else entry.n,
-                     _pct(None if verdict is None else verdict.allowed), status])
+                     _pct(None if verdict is None else verdict.allowed), status,
+                     _beyond(r.get("beyond_fit"))])
         classes.append("fail" if verdict is not None and verdict.failed else "")
     source = "no baseline stored" if data.baseline is None else \
         f"baseline {data.store.baseline_path(data.profile)}"
     return "\n".join([
         html.note(f"Newest stored run per workload, profile {data.profile}; times in ms; "
                   f"error = (predicted − measured) / measured; own-ovh: error with the "
-                  f"workload's own overhead table; {source}."),
+                  f"workload's own overhead table; beyond the fit: op calls needing more "
+                  f"than 4× the FLOPs or bytes of the largest config their predictor was "
+                  f"fitted on (calls, up to ×); {source}."),
         html.table(["workload", "run", "measured", "sd", "predicted", "error", "own-ovh error",
-                    "baseline error", "n", "allowed", "verdict"], rows, text_columns=2,
-                   row_classes=classes)])
+                    "baseline error", "n", "allowed", "verdict", "beyond the fit"], rows,
+                   text_columns=2, row_classes=classes)])
+
+
+def _beyond(entries) -> str:
+    """A record's ``beyond_fit`` as ``linear.forward 3, ×94; ...`` (the two
+    furthest); "none" when empty, "n/a" when absent (records from before it, or
+    fits that did not record their range) or not of that shape."""
+    if entries is None:
+        return "n/a"
+    try:
+        rows = sorted(((str(k), int(n), float(r)) for k, (n, r) in entries.items()),
+                      key=lambda row: -row[2])
+    except (AttributeError, TypeError, ValueError):
+        return "n/a"
+    if not rows:
+        return "none"
+    more = f" (+{len(rows) - 2} ops)" if len(rows) > 2 else ""
+    return "; ".join(f"{k} {n}, ×{r:.0f}" for k, n, r in rows[:2]) + more
 
 
 def _traced(data: ReportData, latest: dict[str, dict], figure: _Figures, say: Progress
