@@ -76,10 +76,7 @@ class Contention:
 def op_bytes_moved(op: str, params: dict[str, int], dtype: str, direction: str) -> float:
     """``op``'s :meth:`~perfmodel.ops.base.OpDef.bytes_moved` (B), 0 where it
     has none."""
-    try:
-        return float(get_op(op).bytes_moved(params, dtype, direction))
-    except NotImplementedError:
-        return 0.0
+    return get_op(op).size(params, dtype, direction)[1]
 
 
 def memory_share(bytes_moved: float, seconds: float, bandwidth_Bps: float) -> float:

@@ -191,7 +191,7 @@ class OpAccuracy:
         predictor extrapolates. None when the fit did not record its range."""
         if self.largest_flops is None or self.largest_bytes is None:
             return None
-        flops, moved = op_size(get_op(self.op), self.direction, dtype, params)
+        flops, moved = get_op(self.op).size(params, dtype, self.direction)
         return max(flops / self.largest_flops if self.largest_flops > 0 else 0.0,
                    moved / self.largest_bytes if self.largest_bytes > 0 else 0.0)
 
@@ -415,27 +415,13 @@ def fit_op(op_name: str, direction: str, samples: list[Sample], device: DeviceSp
     final = _fit(chosen, op, direction, device, samples)
     floor, n_pairs = measured_noise_floor(samples)
     best = candidates[chosen]
-    sizes = [op_size(op, direction, s.dtype, dict(s.params)) for s in samples]
+    sizes = [op.size(dict(s.params), s.dtype, direction) for s in samples]
     accuracy = OpAccuracy(op_name, direction, len(keys), len(samples), chosen, reason,
                           best["gmae"], best["mape"], best["max_error"],
                           best["gmae_extrapolation"], floor, n_pairs, candidates,
                           between_runs_noise_floor(all_samples),
                           max(f for f, _ in sizes), max(b for _, b in sizes))
     return final, accuracy
-
-
-def op_size(op: OpDef, direction: str, dtype: str, params: Mapping[str, int]
-            ) -> tuple[float, float]:
-    """(FLOPs, bytes moved) of one call of ``op`` (0 where the op defines none)."""
-    try:
-        flops = float(op.flops(params, direction))
-    except NotImplementedError:
-        flops = 0.0
-    try:
-        moved = float(op.bytes_moved(params, dtype, direction))
-    except NotImplementedError:
-        moved = 0.0
-    return flops, moved
 
 
 def _same_host_setup(record: dict, device: DeviceSpec, allocator: str | None) -> bool:

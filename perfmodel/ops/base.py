@@ -128,6 +128,19 @@ class OpDef:
         """Minimum bytes read and written by one call (B)."""
         raise NotImplementedError
 
+    def size(self, params: Mapping[str, int], dtype: str, direction: str
+             ) -> tuple[float, float]:
+        """(FLOPs, bytes moved) of one call, 0 for either the op does not define."""
+        try:
+            flops = float(self.flops(params, direction))
+        except NotImplementedError:
+            flops = 0.0
+        try:
+            moved = float(self.bytes_moved(params, dtype, direction))
+        except NotImplementedError:
+            moved = 0.0
+        return flops, moved
+
     def extra_features(self, params: Mapping[str, int], dtype: str,
                        direction: str) -> list[float]:
         """Features beyond the shape parameters (e.g. an index-reuse histogram),
