@@ -31,10 +31,10 @@ from perfmodel.trace import capture_trace, load_trace
 TRACE_ITERATIONS = 3
 TRACE_WARMUP = 3
 #: Workload size per profile on a CPU (``smoke`` keeps CI fast) and on a GPU.
-WORKLOAD_SIZE = {"smoke": "tiny", "quick": "registered", "full": "registered"}
-GPU_WORKLOAD_SIZE = {"smoke": "tiny", "quick": "full", "full": "full"}
+WORKLOAD_SIZE = {"smoke": "tiny", "quick": "registered", "gpu": "full", "full": "registered"}
+GPU_WORKLOAD_SIZE = {"smoke": "tiny", "quick": "full", "gpu": "full", "full": "full"}
 #: ``measure_iteration`` arguments (warmup, repeat, number) per profile.
-MEASURE = {"smoke": (2, 5, 2), "quick": (10, 30, 5), "full": (20, 50, 10)}
+MEASURE = {"smoke": (2, 5, 2), "quick": (10, 30, 5), "gpu": (10, 30, 5), "full": (20, 50, 10)}
 
 
 @dataclass(frozen=True)

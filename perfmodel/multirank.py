@@ -70,7 +70,7 @@ from perfmodel.trace import TraceFiles, capture_trace, load_trace
 #: Default wall-clock limit of one multi-rank run (s).
 DEFAULT_TIMEOUT_S = 600.0
 #: Workload size per profile, as for single-rank E2E on a CPU.
-SIZES = {"smoke": "tiny", "quick": "registered", "full": "registered"}
+SIZES = {"smoke": "tiny", "quick": "registered", "gpu": "registered", "full": "registered"}
 
 
 class MultirankError(RuntimeError):

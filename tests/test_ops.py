@@ -91,20 +91,53 @@ def test_gemm_quick_configs_mix_aligned_and_ragged_dims(name):
     assert any(any(c[p] % 2 for p in op.ranges) for c in configs)
 
 
+@pytest.mark.parametrize("profile, missing", [("quick", {(1024, 1024, 1024)}), ("gpu", set())])
 @pytest.mark.parametrize("name", ["addmm", "linear"])
-def test_gemm_quick_configs_include_the_power_of_two_grid(name):
+def test_gemm_configs_include_the_power_of_two_grid(name, profile, missing):
     """Networks use power-of-two widths: the quick sweep holds every 64/256/1024 grid
-    point under its FLOP cap (all but 1024³), each once."""
-    from perfmodel.ops.gemm import _QUICK_GRID
+    point under its FLOP cap (all but 1024³), each once; the gpu sweep every
+    256/1024/4096 point."""
+    from perfmodel.ops.gemm import _MAX_FLOPS, _QUICK_GRID
 
     op = get_op(name)
-    configs = op.configs("quick")
+    configs = op.configs(profile)
     dims = [tuple(c[p] for p in op.ranges) for c in configs]
     assert len(set(dims)) == len(dims)
-    grid = {d for d in dims if set(d) <= set(_QUICK_GRID)}
-    assert len(grid) == len(_QUICK_GRID) ** 3 - 1 and (1024, 1024, 1024) not in grid
-    assert all(op.flops(c, "forward") <= 2e9 for c in configs)
+    grid = {d for d in dims if set(d) <= set(_QUICK_GRID[profile])}
+    assert len(grid) == len(_QUICK_GRID[profile]) ** 3 - len(missing) and not grid & missing
+    assert all(op.flops(c, "forward") <= _MAX_FLOPS[profile] for c in configs)
 
 
 def test_bmm_quick_configs_are_the_random_draw_only():
     assert len(get_op("bmm").configs("quick")) == 40
+
+
+#: The largest op calls of the full-size workloads as an H200 traced them
+#: (2026-11-26): on the ``quick`` grid its fit extrapolated up to 863x.
+_GPU_WORKLOAD_CALLS = [
+    ("linear", "backward", {"B": 8192, "IN": 768, "OUT": 50257, "GRAD_INPUT": 1}),  # GPT-2 head
+    ("cross_entropy", "backward", {"BATCH": 8192, "CLASSES": 50257}),  # GPT-2 loss
+    ("sdpa", "backward", {"B": 32, "H": 12, "S": 512, "DH": 64, "CAUSAL": 0, "DROPOUT": 0}),
+    ("conv2d", "backward", {"N": 64, "C": 128, "H": 56, "W": 56, "K": 128, "R": 3, "STRIDE": 2,
+                            "PAD": 1, "DIL": 1, "GROUPS": 1, "GRAD_INPUT": 1}),  # ResNet
+    ("batch_norm", "backward", {"N": 64, "C": 256, "HW": 3136}),
+    ("add", "forward", {"ROWS": 917504, "COLS": 56}),
+    ("gelu", "backward", {"ROWS": 16384, "COLS": 3072}),
+    ("sgd_foreach", "forward", {"NTENSORS": 18, "NUMEL": 28446183}),  # DLRM's tables
+]
+
+
+@pytest.mark.parametrize("name, direction, call", _GPU_WORKLOAD_CALLS,
+                         ids=[f"{n}.{d}" for n, d, _ in _GPU_WORKLOAD_CALLS])
+def test_the_gpu_profile_reaches_the_full_size_workloads(name, direction, call):
+    from perfmodel.predict import BEYOND_FIT_FACTOR
+
+    op = get_op(name)
+
+    def beyond(profile):
+        sizes = [op.size(c.params, c.dtype, direction) for c in op.cases(profile)
+                 if c.direction == direction and c.dtype == "float32"]
+        need = op.size(call, "float32", direction)
+        return max(need[0] / max(f for f, _ in sizes), need[1] / max(b for _, b in sizes))
+
+    assert beyond("gpu") <= BEYOND_FIT_FACTOR < beyond("quick")

@@ -7,12 +7,13 @@ from __future__ import annotations
 from perfmodel.ops.base import DTYPE_BYTES, OpDef, log_uniform_ints, sample_configs, torch_dtype
 
 #: Configs per profile and the largest forward FLOP count of one call.
-_CONFIGS = {"smoke": 4, "quick": 20, "full": 2000}
-_MAX_FLOPS = {"smoke": 2e7, "quick": 2e8, "full": 5e11}
+_CONFIGS = {"smoke": 4, "quick": 20, "gpu": 20, "full": 2000}
+_MAX_FLOPS = {"smoke": 2e7, "quick": 2e8, "gpu": 2e10, "full": 5e11}
 #: (low, high) per shape param, per profile.
 _RANGES = {
     "smoke": {"B": (1, 2), "H": (1, 4), "S": (8, 128), "DH": (8, 64)},
     "quick": {"B": (1, 8), "H": (1, 16), "S": (16, 1024), "DH": (16, 128)},
+    "gpu": {"B": (1, 64), "H": (1, 32), "S": (16, 4096), "DH": (16, 128)},
     "full": {"B": (1, 64), "H": (1, 64), "S": (16, 16384), "DH": (16, 256)},
 }
 #: Head dims drawn (elements): the ones models use.

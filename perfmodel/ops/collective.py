@@ -16,9 +16,10 @@ from perfmodel.ops.base import DTYPE_BYTES, OpDef, check_profile, torch_dtype
 
 #: World sizes of each profile; ``smoke`` includes a world of one so that a plain
 #: (single-process) CI run covers the whole collective pipeline too.
-WORLD_SIZES = {"smoke": (1, 2), "quick": (2, 4), "full": (2, 4, 8)}
+WORLD_SIZES = {"smoke": (1, 2), "quick": (2, 4), "gpu": (2, 4, 8), "full": (2, 4, 8)}
 #: Message sizes of each profile: exponents of 2 (B).
 SIZE_EXPONENTS = {"smoke": (6, 12, 16, 20), "quick": tuple(range(3, 26, 2)) + (26,),
+                  "gpu": tuple(range(3, 30, 2)),
                   "full": tuple(range(3, 29))}
 #: c10d's wrapper node that records a collective's parameters (NCCL traces).
 RECORD_PARAM_COMMS = "record_param_comms"

@@ -20,15 +20,15 @@ from perfmodel.ops.base import (DTYPE_BYTES, GRAD_INPUT_EVERY, OpDef, log_unifor
 
 #: Configs per profile (``conv2d``; ``conv1d``, which no CNN workload uses, takes
 #: :data:`_CONV1D_SHARE` of them) and the largest forward FLOP count of one call.
-_CONFIGS = {"smoke": 4, "quick": 120, "full": 2000}
+_CONFIGS = {"smoke": 4, "quick": 120, "gpu": 120, "full": 2000}
 _CONV1D_SHARE = 0.4
-_MAX_FLOPS = {"smoke": 2e6, "quick": 4e8, "full": 2e10}
+_MAX_FLOPS = {"smoke": 2e6, "quick": 4e8, "gpu": 2e10, "full": 2e10}
 #: Largest channel count and spatial size drawn, per profile.
-_MAX_CHANNELS = {"smoke": 16, "quick": 256, "full": 2048}
-_MAX_BATCH = {"smoke": 2, "quick": 16, "full": 128}
+_MAX_CHANNELS = {"smoke": 16, "quick": 256, "gpu": 1024, "full": 2048}
+_MAX_BATCH = {"smoke": 2, "quick": 16, "gpu": 64, "full": 128}
 #: Smallest and largest input drawn (elements), per profile.
-_MIN_INPUT_ELEMENTS = {"smoke": 64, "quick": 8192, "full": 8192}
-_MAX_INPUT_ELEMENTS = {"smoke": 4096, "quick": 1 << 21, "full": 1 << 26}
+_MIN_INPUT_ELEMENTS = {"smoke": 64, "quick": 8192, "gpu": 8192, "full": 8192}
+_MAX_INPUT_ELEMENTS = {"smoke": 4096, "quick": 1 << 21, "gpu": 1 << 26, "full": 1 << 26}
 #: Kinds of conv cycled through, weighted as in ResNet- and MobileNet-style nets:
 #: mostly dense (3x3 and larger) and pointwise (1x1), then depthwise and grouped.
 _KINDS = ("dense", "pointwise", "depthwise", "dense", "pointwise", "grouped")
@@ -271,7 +271,7 @@ class Conv2d(_Conv):
     #: R is not monotone: with a fixed PAD a larger kernel shrinks the output.
     monotone_params = ("N", "C", "H", "W", "K")
     spatial = ("H", "W")
-    max_spatial = {"smoke": 12, "quick": 112, "full": 512}
+    max_spatial = {"smoke": 12, "quick": 112, "gpu": 224, "full": 512}
     trace_names = ("aten::conv2d", "aten::convolution", "aten::_convolution",
                    "aten::mkldnn_convolution", "aten::cudnn_convolution",
                    "aten::convolution_backward")
@@ -285,7 +285,7 @@ class Conv1d(_Conv):
     #: R is not monotone: with a fixed PAD a larger kernel shrinks the output.
     monotone_params = ("N", "C", "L", "K")
     spatial = ("L",)
-    max_spatial = {"smoke": 64, "quick": 4096, "full": 16384}
+    max_spatial = {"smoke": 64, "quick": 4096, "gpu": 16384, "full": 16384}
     trace_names = ("aten::conv1d", "aten::convolution", "aten::_convolution",
                    "aten::mkldnn_convolution", "aten::cudnn_convolution",
                    "aten::convolution_backward")

@@ -19,8 +19,11 @@ from perfmodel.ops.base import DTYPE_BYTES, OpDef, check_profile, torch_dtype
 from perfmodel.ops.base import random_configs
 
 #: Random configs per profile, and the most input elements of one call.
-_CONFIGS = {"smoke": 4, "quick": 12, "full": 1000}
-_MAX_ELEMS = {"smoke": 1 << 16, "quick": 1 << 22, "full": 1 << 26}
+_CONFIGS = {"smoke": 4, "quick": 12, "gpu": 12, "full": 1000}
+_MAX_ELEMS = {"smoke": 1 << 16, "quick": 1 << 22, "gpu": 1 << 28, "full": 1 << 26}
+#: Largest dim of the ``gpu`` profile (a GPT-2 loss has 50257 classes); its largest
+#: config is (cap / this) x this.
+_GPU_MAX_DIM = 1 << 16
 #: Bytes of an int64 class index (``cross_entropy`` targets).
 _INDEX_BYTES = 8
 
@@ -108,10 +111,16 @@ class Elementwise(OpDef):
     # -- shape space -------------------------------------------------------
     def configs(self, profile):
         check_profile(profile)
-        ranges = {p: (lo, min(hi, 1024)) for p, (lo, hi) in self._ranges.items()} \
-            if profile == "smoke" else self._ranges
-        return random_configs(f"{self.name}-{profile}", self.params, ranges, _CONFIGS[profile],
-                               lambda c: math.prod(self._rows_cols(c)), _MAX_ELEMS[profile])
+        ranges = {p: (lo, min(hi, 1024) if profile == "smoke" else
+                      max(hi, _GPU_MAX_DIM) if profile == "gpu" else hi)
+                  for p, (lo, hi) in self._ranges.items()}
+        configs = random_configs(f"{self.name}-{profile}", self.params, ranges,
+                                 _CONFIGS[profile], lambda c: math.prod(self._rows_cols(c)),
+                                 _MAX_ELEMS[profile])
+        if profile == "gpu":  # a draw of 12 seldom nears the cap: add the cap itself
+            configs.append({self.params[0]: _MAX_ELEMS[profile] // _GPU_MAX_DIM,
+                            self.params[1]: _GPU_MAX_DIM})
+        return configs
 
     def cases(self, profile):
         """As :meth:`OpDef.cases`; ``smoke`` keeps float32 only (a pipeline check)."""

@@ -60,15 +60,17 @@ REUSE_TABLES = 4
 #: workload's ``DATA_BATCHES``).
 INDEX_BATCHES = 4
 #: Largest weight footprint E·T·D·4 of any config (B); keeps ``full`` under ~1 GB.
-MAX_WEIGHT_BYTES = {"smoke": 4 << 20, "quick": 64 << 20, "full": 1 << 30}
+MAX_WEIGHT_BYTES = {"smoke": 4 << 20, "quick": 64 << 20, "gpu": 1 << 30, "full": 1 << 30}
 #: Largest forward bytes moved of one call (B), keeping profiles inside their time.
-MAX_FORWARD_BYTES = {"smoke": 4e6, "quick": 1.5e8, "full": 4e9}
-_CONFIGS = {"smoke": 4, "quick": 80}
+MAX_FORWARD_BYTES = {"smoke": 4e6, "quick": 1.5e8, "gpu": 1.5e9, "full": 4e9}
+_CONFIGS = {"smoke": 4, "quick": 80, "gpu": 80}
 _RANGES = {
     "smoke": {"B": (8, 128), "E": (64, 4096), "T": (1, 4), "L": (1, 32), "D": (4, 64)},
     "quick": {"B": (16, 1024), "E": (256, 200_000), "T": (1, 16), "L": (1, 64), "D": (4, 256)},
+    "gpu": {"B": (16, 8192), "E": (256, 1_000_000), "T": (1, 16), "L": (1, 64), "D": (4, 256)},
 }
-_ZIPF_CODES = {"smoke": (UNIFORM, 105), "quick": (UNIFORM, 80, 105, 120)}
+_ZIPF_CODES = {"smoke": (UNIFORM, 105), "quick": (UNIFORM, 80, 105, 120),
+               "gpu": (UNIFORM, 80, 105, 120)}
 _FULL_AXES = {
     "B": (64, 256, 1024, 4096, 16384),
     "E": (1_000, 10_000, 100_000, 1_000_000, 4_000_000),

@@ -11,19 +11,21 @@ from perfmodel.ops.base import (DTYPE_BYTES, GRAD_INPUT_EVERY, OpDef, check_prof
 _FULL_DIMS = (1, 8, 16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 
 #: Random configs per profile, and the largest FLOP count of one call.
-_CONFIGS = {"smoke": 16, "quick": 40}
-_MAX_FLOPS = {"smoke": 3e7, "quick": 2e9, "full": 4e10}
+_CONFIGS = {"smoke": 16, "quick": 40, "gpu": 40}
+_MAX_FLOPS = {"smoke": 3e7, "quick": 2e9, "gpu": 1e12, "full": 4e10}
+#: Largest dim of the ``gpu`` profile (a GPT-2 LM head has 50257 outputs).
+_GPU_MAX_DIM = 32768
 #: Share of random configs whose dims are all multiples of 8, as layer widths are (odd
 #: dims ran 4-54% slower per FLOP than their neighbours on an AVX-512 CPU). Unlike
 #: the convs', the GEMM predictors are not given the alignment as a feature: on the
 #: same data and folds it did not lower their held-out error.
 _ALIGNED = 0.5
-#: Dims of the small grid the ``quick`` profile adds to the random draw of ``addmm`` and
-#: ``linear``: networks use power-of-two widths and batches, which run faster per FLOP
+#: Dims of the small grid the ``quick`` (and, 4x wider, the ``gpu``) profile adds to the
+#: random draw of ``addmm`` and ``linear``: networks use power-of-two widths and batches, which run faster per FLOP
 #: than the random draw's neighbours, and 40 random configs in 3 dims leave the fit
 #: guessing there (its ``linear`` backward over-priced ``mlp_small``'s 256×1024×1024
 #: layers by 1.6×).
-_QUICK_GRID = (64, 256, 1024)
+_QUICK_GRID = {"quick": (64, 256, 1024), "gpu": (256, 1024, 4096)}
 
 
 class _Gemm(OpDef):
@@ -31,7 +33,9 @@ class _Gemm(OpDef):
     dtypes = ("float32", "bfloat16")
     #: Dimension params and their ranges; ``params`` may add flags after them.
     ranges: dict[str, tuple[int, int]] = {}
-    #: Whether ``quick`` adds the :data:`_QUICK_GRID` configs to its random draw.
+    #: The ``gpu`` profile's ranges (None: ``ranges``).
+    gpu_ranges: dict[str, tuple[int, int]] | None = None
+    #: Whether ``quick`` and ``gpu`` add the :data:`_QUICK_GRID` configs to their draw.
     quick_grid = False
 
     def configs(self, profile: str) -> list[dict[str, int]]:
@@ -42,17 +46,18 @@ class _Gemm(OpDef):
             configs = [c for c in grid if self.flops(self._flagged(c), "forward")
                        <= _MAX_FLOPS["full"]]
         else:
-            ranges = self.ranges if profile == "quick" else \
-                {p: (low, min(high, 512)) for p, (low, high) in self.ranges.items()}
+            ranges = {"smoke": {p: (low, min(high, 512)) for p, (low, high) in self.ranges.items()},
+                      "quick": self.ranges, "gpu": self.gpu_ranges or self.ranges}[profile]
             configs = random_configs(f"{self.name}-{profile}", dims, ranges, _CONFIGS[profile],
                                      lambda c: self.flops(self._flagged(c), "forward"),
                                      _MAX_FLOPS[profile], aligned_share=_ALIGNED)
-            if profile == "quick" and self.quick_grid:
+            if profile in _QUICK_GRID and self.quick_grid:
                 import itertools
 
                 drawn = {tuple(c.values()) for c in configs}
                 configs += [dict(zip(dims, values))
-                            for values in itertools.product(_QUICK_GRID, repeat=len(dims))
+                            for values in itertools.product(_QUICK_GRID[profile],
+                                                            repeat=len(dims))
                             if values not in drawn and self.flops(
                                 self._flagged(dict(zip(dims, values))), "forward")
                             <= _MAX_FLOPS[profile]]
@@ -80,6 +85,7 @@ class Addmm(_Gemm):
     directions = ("forward",)
     trace_names = ("aten::addmm",)
     ranges = {"M": (1, 4096), "N": (1, 4096), "K": (1, 4096)}
+    gpu_ranges = {"M": (1, _GPU_MAX_DIM), "N": (1, _GPU_MAX_DIM), "K": (1, _GPU_MAX_DIM)}
     quick_grid = True
 
     def make_runner(self, params, dtype, direction, device):
@@ -129,6 +135,7 @@ class Linear(_Gemm):
     directions = ("forward", "backward")
     trace_names = ("aten::linear",)
     ranges = {"B": (1, 4096), "IN": (1, 4096), "OUT": (1, 4096)}
+    gpu_ranges = {"B": (1, _GPU_MAX_DIM), "IN": (1, _GPU_MAX_DIM), "OUT": (1, _GPU_MAX_DIM)}
     quick_grid = True
 
     def _flagged(self, config, n=0):

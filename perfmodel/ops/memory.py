@@ -13,9 +13,9 @@ import math
 from perfmodel.ops.base import DTYPE_BYTES, OpDef, check_profile, torch_dtype
 from perfmodel.ops.base import random_configs
 
-_CONFIGS = {"smoke": 4, "quick": 12, "full": 1000}
+_CONFIGS = {"smoke": 4, "quick": 12, "gpu": 12, "full": 1000}
 #: Most elements moved by one call, per profile.
-_MAX_ELEMS = {"smoke": 1 << 16, "quick": 1 << 22, "full": 1 << 26}
+_MAX_ELEMS = {"smoke": 1 << 16, "quick": 1 << 22, "gpu": 1 << 26, "full": 1 << 26}
 #: Bytes of an int64 index.
 _INDEX_BYTES = 8
 

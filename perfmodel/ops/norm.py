@@ -13,8 +13,8 @@ from typing import Mapping
 from perfmodel.ops.base import DTYPE_BYTES, OpDef, log_uniform_ints, sample_configs, torch_dtype
 
 #: Configs per profile and the largest element count of one call's input.
-_CONFIGS = {"smoke": 4, "quick": 20, "full": 2000}
-_MAX_ELEMS = {"smoke": 1 << 15, "quick": 1 << 21, "full": 1 << 27}
+_CONFIGS = {"smoke": 4, "quick": 20, "gpu": 20, "full": 2000}
+_MAX_ELEMS = {"smoke": 1 << 15, "quick": 1 << 21, "gpu": 1 << 27, "full": 1 << 27}
 #: FLOP per element: mean, variance, normalise and affine forward; backward
 #: adds the two reductions and the grad_input formula.
 _NORM_FWD_FLOP_PER_ELEM = 7.0
