@@ -429,16 +429,21 @@ def _same_host_setup(record: dict, device: DeviceSpec, allocator: str | None) ->
     cache state its op is now timed in on that CPU (:meth:`OpDef.cpu_flush_bytes`;
     records from before an op turned cold are hot ones) and, when ``allocator``
     is given, under that host allocator policy (or they do not matter: off a
-    CPU, and for collectives, whose ranks share the host whatever they run)."""
+    CPU, and for collectives, whose ranks share the host whatever they run).
+    Off a CPU, hot records timed as the host issued the calls (timer
+    ``cuda_event``, before :class:`~perfmodel.timing.Timer` queued them behind a
+    device hold) are left out: they timed the launches, up to 31x the kernels'
+    time on an H200."""
+    measurement = record.get("measurement")
     if device.kind != "cpu":
-        return True
+        return not (isinstance(measurement, dict) and measurement.get("timer") == "cuda_event"
+                    and measurement.get("cache", "hot") == "hot")
     try:
         op = get_op(record["op"])
     except (KeyError, ValueError):
         op = None
     if op is not None and op.family == "collective":
         return True
-    measurement = record.get("measurement")
     cache = measurement.get("cache", "hot") if isinstance(measurement, dict) else "hot"
     if op is not None and cache != ("cold" if op.cpu_flush_bytes(device.llc_bytes) else "hot"):
         return False

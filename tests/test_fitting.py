@@ -331,6 +331,24 @@ def test_a_cpu_fit_trains_only_on_the_cache_state_its_op_is_timed_in():
     assert fit_run_ids(records, gpu) == ["cold", "hot", "lin-cold", "lin-hot", "old"]
 
 
+def test_a_gpu_fit_leaves_out_hot_timings_of_the_launches():
+    """Off a CPU, hot records timed with ``cuda_event`` (before the device hold)
+    timed the host's launches and are left out; queued hot, cold and unlabelled
+    ones stay."""
+    from perfmodel.fitting import fit_run_ids
+
+    def record(run_id, timer=None, cache="hot"):
+        measurement = {"median_s": 1e-3, "cache": cache} | ({"timer": timer} if timer else {})
+        return {"kind": "measurement", "op": "linear", "direction": "forward",
+                "dtype": "float32", "config": {"B": 8, "IN": 8, "OUT": 8}, "replicate": 0,
+                "run_id": run_id, "measurement": measurement, "env": {}}
+
+    records = [record("launches", "cuda_event"), record("queued", "cuda_event_queued"),
+               record("cold", "cuda_event", "cold"), record("unlabelled")]
+    gpu = DeviceSpec(**{**SPEC.to_dict(), "kind": "cuda", "key": "cuda-planted"})
+    assert fit_run_ids(records, gpu) == ["cold", "queued", "unlabelled"]
+
+
 def test_a_remeasured_config_is_fitted_on_its_newest_run_only():
     """A config measured again (another session, perhaps another host behind the
     same device key) replaces its older timings; configs measured once keep
