@@ -50,7 +50,7 @@ MIN_CONFIGS_FOR_ML = 16
 #: Fewest distinct configs for every communication curve to be a candidate;
 #: below it only the first (the sigmoid). The curves have 2 to 4 parameters per
 #: world size: the smoke profile's 4 sizes per world size are too few for the
-#: held-out choice among them, one world size of the quick profile (13 sizes,
+#: held-out choice among them, one world size of the quick profile (16 sizes,
 #: as the loaded times are measured) is enough.
 MIN_CONFIGS_FOR_CURVES = 10
 #: The collectives' kinds: one per :data:`perfmodel.comm_model.CURVES`.

@@ -27,7 +27,7 @@ def test_bus_factors_and_algorithm_bytes(n):
     assert get_op("all_reduce").bus_bytes(params) == pytest.approx(4096 * 2 * (n - 1) / n)
 
 
-@pytest.mark.parametrize("profile", ["smoke", "quick", "full"])
+@pytest.mark.parametrize("profile", ["smoke", "quick", "gpu", "full"])
 def test_configs_split_evenly_and_cover_the_profile_world_sizes(profile):
     for op in OPS:
         configs = op.configs(profile)
@@ -187,16 +187,16 @@ def test_fitting_chooses_the_comm_model_for_collectives():
 
 
 @pytest.mark.parametrize("sizes, scored", [
-    (13, ["comm_sigmoid", "comm_hockney", "comm_cache", "comm_interp"]),  # one world, quick
+    (16, ["comm_sigmoid", "comm_hockney", "comm_cache", "comm_interp"]),  # one world, quick
     (8, ["comm_sigmoid"]),  # below MIN_CONFIGS_FOR_CURVES: the sigmoid alone
 ])
 def test_every_curve_is_scored_from_one_world_sizes_quick_sweep(sizes, scored):
-    """A collective's 13 sizes at one world size (what the loaded times cover)
+    """A collective's 16 sizes at one world size (what the loaded times cover)
     are enough to choose among the curves, unlike a learned predictor's 16."""
     from perfmodel.fitting import MIN_CONFIGS_FOR_CURVES, Sample, fit_op
     from tests.test_fitting import SPEC
 
-    assert 8 < MIN_CONFIGS_FOR_CURVES <= 13
+    assert 8 < MIN_CONFIGS_FOR_CURVES <= 16
     samples = [Sample("float32", (("bytes", 8 * 4 ** k), ("world_size", 2)),
                       1e-4 + 8 * 4 ** k / 1e9 * (1 + 0.05 * (-1) ** k), "r", 0)
                for k in range(sizes)]
