@@ -281,7 +281,7 @@ def time_prediction(graph: Graph, fit, table: OverheadTable, tasks: int = 10_000
     if not graph.tasks:
         raise ValueError("cannot time the prediction of an empty graph")
     copies = -(-tasks // len(graph.tasks))
-    big = Graph(graph.tasks * copies, graph.measured_s, graph.profiler_overhead_s)
+    big = replace(graph, tasks=graph.tasks * copies)
     start = time.perf_counter()
     predict_graph(big, fit, table, on_device, keep_timeline=False)
     return len(big.tasks), time.perf_counter() - start

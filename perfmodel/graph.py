@@ -77,6 +77,8 @@ class Graph:
     tasks: list[Task]
     measured_s: float | None  # the iteration's duration in the trace
     profiler_overhead_s: float = 0.0  # the profiler's cost per recorded op (s)
+    #: the profiler's further cost per kernel launch on CUDA (s)
+    profiler_launch_overhead_s: float = 0.0
 
     def unmodelled(self) -> list[tuple[str, int, float | None]]:
         """``(name, count, share of the traced iteration time)`` of every
@@ -330,5 +332,6 @@ def build_graph(trace: Trace, iteration: TraceNode | None = None) -> Graph:
     node = iteration if iteration is not None else trace.last_iteration()
     planner = _Planner(trace.world_size(), trace.host_waits)
     planner.plan_children(node, node.children, backward=False, region=None)
-    return Graph(planner.tasks, node.dur_s, trace.profiler_overhead_s)
+    return Graph(planner.tasks, node.dur_s, trace.profiler_overhead_s,
+                 trace.profiler_launch_overhead_s)
 

@@ -92,7 +92,8 @@ def samples_from_graph(workload: str, graph: Graph, bandwidth_B_per_s: float) ->
 
     The profiler's own cost is taken out: one ``profiler_overhead_s`` per gap
     (the hooks of the op before and after it) and one per recorded node of an
-    unmodelled task; so is the time the host waited for the device in it
+    unmodelled task, and ``profiler_launch_overhead_s`` (CUDA) from each
+    kernel launch; so is the time the host waited for the device in it
     (``Task.waited_s``: the simulator adds the waits where the device's work
     makes them). Samples are floored at 0.
     """
@@ -107,7 +108,7 @@ def samples_from_graph(workload: str, graph: Graph, bandwidth_B_per_s: float) ->
             out.leaf.setdefault(task.name, []).append(
                 (max(0.0, task.measured_s - task.waited_s - delta * task.n_nodes), task.bytes))
         for i, kernel in enumerate(task.kernels):
-            _add(out.gaps, "T4", kernel.launch_dur_s)
+            _add(out.gaps, "T4", max(0.0, kernel.launch_dur_s - graph.profiler_launch_overhead_s))
             if i:
                 prev = task.kernels[i - 1]
                 _add(out.gaps, "T5", max(0.0, kernel.launch_ts_s - prev.launch_ts_s

@@ -9,7 +9,9 @@ A capture writes three files next to each other:
   which supplies start times and durations (and, on CUDA, kernels, their
   streams and the runtime launches that correlate them to CPU ops);
 - ``<name>.calibration.json``: the profiler's own cost per recorded op on
-  this device (seconds), measured at capture time.
+  this device (seconds), measured at capture time, and on CUDA its cost per
+  kernel launch (CUPTI's, on top: on an H200 the host-bound workloads' traced
+  iterations ran 1.0-2.8 µs per op and runtime call longer than unprofiled).
 
 The two traces come from separate passes because the execution-trace
 observer costs about 20 µs per op on a CPU (measured on this project's 2-core
@@ -144,6 +146,9 @@ class Trace:
     schema: str
     timed: bool  # whether Kineto timings were attached
     profiler_overhead_s: float = 0.0  # the profiler's cost per recorded op (s)
+    #: the profiler's further cost per kernel launch on CUDA (s; 0 on a CPU, or
+    #: where the calibration predates it)
+    profiler_launch_overhead_s: float = 0.0
     #: Scopes a collective backend ran on its worker threads (see
     #: :data:`WORKER_SCOPE_PREFIXES`), detached from the tree, untimed.
     worker_nodes: list[TraceNode] = field(default_factory=list)
@@ -242,6 +247,10 @@ def _split_generic_list(typ: str) -> list[str]:
 
 # -- capture ----------------------------------------------------------------------------
 
+#: The calibration file's key for :func:`profiler_overhead_per_launch` (CUDA only).
+LAUNCH_CALIBRATION = "profiler_overhead_s_per_launch"
+
+
 @dataclass(frozen=True)
 class TraceFiles:
     """The files of one capture."""
@@ -290,8 +299,10 @@ def capture_trace(step: Callable[[], object], out_dir: Path, name: str, iteratio
                 step()
                 sync()
     prof.export_chrome_trace(str(files.kineto))
-    write_json_atomic(files.calibration,
-                      {"profiler_overhead_s_per_op": profiler_overhead_per_op()})
+    calibration = {"profiler_overhead_s_per_op": profiler_overhead_per_op()}
+    if device.startswith("cuda"):
+        calibration[LAUNCH_CALIBRATION] = profiler_overhead_per_launch(device)
+    write_json_atomic(files.calibration, calibration)
     return files
 
 
@@ -319,6 +330,39 @@ def profiler_overhead_per_op(ops: int = 2000, repeats: int = 5) -> float:
         with profile(activities=[ProfilerActivity.CPU]):
             profiled.append(loop())
     return max(0.0, (min(profiled) - plain) / ops)
+
+
+def profiler_overhead_per_launch(device: str, launches: int = 2000, repeats: int = 5) -> float:
+    """The profiler's cost per kernel launch on CUDA ``device`` (s) beyond its
+    cost per op: ``launches`` one-element ``torch.add`` calls (one kernel each)
+    profiled with CPU and CUDA activities, minus the same profiled with CPU
+    activities only, per call (the smaller of ``repeats`` tries each)."""
+    import time
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.ones(1, device=device)
+    out = torch.empty_like(x)
+
+    def loop() -> float:
+        torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        for _ in range(launches):
+            torch.add(x, x, out=out)
+        torch.cuda.synchronize(device)
+        return time.perf_counter() - start
+
+    loop()
+    times = {}
+    for name, activities in (("cpu", [ProfilerActivity.CPU]),
+                             ("cuda", [ProfilerActivity.CPU, ProfilerActivity.CUDA])):
+        runs = []
+        for _ in range(repeats):
+            with profile(activities=activities):
+                runs.append(loop())
+        times[name] = min(runs)
+    return max(0.0, (times["cuda"] - times["cpu"]) / launches)
 
 
 # -- parsing ----------------------------------------------------------------------------
@@ -371,12 +415,21 @@ def load_trace(et_path: Path, kineto_path: Path | None = None,
             _reparent_by_time(trace.last_iteration(), nodes)
     if calibration_path is not None:
         data = _read_json(calibration_path)
-        value = data.get("profiler_overhead_s_per_op") if isinstance(data, dict) else None
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
-            raise TraceError(f"{calibration_path}: 'profiler_overhead_s_per_op' must be "
-                             f"seconds in [0, 1), got {value!r}")
-        trace.profiler_overhead_s = float(value)
+        if not isinstance(data, dict):
+            data = {}
+        trace.profiler_overhead_s = _calibration_seconds(calibration_path, data,
+                                                         "profiler_overhead_s_per_op")
+        if LAUNCH_CALIBRATION in data:  # CUDA captures since it was measured
+            trace.profiler_launch_overhead_s = _calibration_seconds(
+                calibration_path, data, LAUNCH_CALIBRATION)
     return trace
+
+
+def _calibration_seconds(path: Path, data: dict, key: str) -> float:
+    value = data.get(key)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
+        raise TraceError(f"{path}: {key!r} must be seconds in [0, 1), got {value!r}")
+    return float(value)
 
 
 def _nearest_earlier(nodes: dict[int, TraceNode], scope: TraceNode) -> TraceNode | None:

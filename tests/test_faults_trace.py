@@ -128,6 +128,18 @@ def test_bad_calibration_is_named(capture, tmp_path, value):
         load(paths)
 
 
+@pytest.mark.parametrize("value", ['"1e-6"', "-1", "2", "null", "false"])
+def test_bad_launch_calibration_is_named(capture, tmp_path, value):
+    """A CUDA calibration's cost per launch is optional, but when given it must be
+    seconds in [0, 1)."""
+    paths = write(tmp_path, capture, calibration=(
+        f'{{"profiler_overhead_s_per_op": 1e-6, "profiler_overhead_s_per_launch": {value}}}'
+    ).encode())
+    with pytest.raises(TraceError, match=r"t\.calibration\.json: 'profiler_overhead_s_per_launch' "
+                                         r"must be seconds in \[0, 1\)"):
+        load(paths)
+
+
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(data=st.data())

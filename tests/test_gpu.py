@@ -80,3 +80,5 @@ def test_a_traced_step_ties_kernels_to_ops_and_sees_the_host_wait(tmp_path):
     gaps = samples_from_graph("mlp", graph, 1e12).gaps["T3.iteration"]
     assert gaps == [pytest.approx(max(0.0, end.measured_s - end.waited_s
                                       - graph.profiler_overhead_s))]
+    # the calibration measured the profiler's cost per launch (CUPTI's) too
+    assert 0 < graph.profiler_launch_overhead_s < 50e-6

@@ -301,9 +301,10 @@ def test_calls_beyond_the_fitted_configs_are_reported(graph):
     assert beyond_fit(graph.tasks, fit) is None
 
 
-def _cuda_trace(tmp_path, extra_events=()):
-    """A synthetic CUDA trace: a linear whose GEMM kernel runs 400 us on stream 7,
-    then an ``aten::item`` that waits for it; the iteration lasts 1 ms."""
+def _cuda_trace(tmp_path, extra_events=(), launch_overhead_s=None):
+    """A synthetic CUDA trace: a linear whose GEMM kernel runs 400 us on stream 7
+    (launched in 5 us), then an ``aten::item`` that waits for it; the iteration
+    lasts 1 ms. ``launch_overhead_s``: the calibration's profiler cost per launch."""
     import json
 
     def node(id, name, parent, shapes=(), types=()):
@@ -329,7 +330,12 @@ def _cuda_trace(tmp_path, extra_events=()):
           *extra_events]
     (tmp_path / "t.et.json").write_text(json.dumps(et))
     (tmp_path / "t.kineto.json").write_text(json.dumps({"traceEvents": ev}))
-    return load_trace(tmp_path / "t.et.json", tmp_path / "t.kineto.json")
+    calibration = None
+    if launch_overhead_s is not None:
+        calibration = tmp_path / "t.calibration.json"
+        calibration.write_text(json.dumps({"profiler_overhead_s_per_op": 0.0,
+                                           "profiler_overhead_s_per_launch": launch_overhead_s}))
+    return load_trace(tmp_path / "t.et.json", tmp_path / "t.kineto.json", calibration)
 
 
 def test_cuda_kernels_are_tied_to_their_ops_and_simulated_on_streams(tmp_path):
@@ -375,3 +381,15 @@ def test_host_waits_for_the_device_are_not_host_overhead(tmp_path):
     # overhead too, the waits made it 1.5 ms
     assert 400e-6 <= pred.total_s < 600e-6
     assert pred.breakdown_s["host overhead"] < 100e-6
+
+
+@pytest.mark.parametrize("launch_overhead_s, t4_s", [(None, 5e-6), (2e-6, 3e-6), (8e-6, 0.0)])
+def test_the_profilers_cost_per_launch_is_taken_out_of_launch_samples(tmp_path,
+                                                                      launch_overhead_s, t4_s):
+    """A CUDA calibration's cost per kernel launch (CUPTI's, beyond the cost per
+    op) comes off every launch sample (T4), floored at 0; older calibrations
+    without it leave the samples as traced."""
+    trace = _cuda_trace(tmp_path, launch_overhead_s=launch_overhead_s)
+    assert trace.profiler_launch_overhead_s == (launch_overhead_s or 0.0)
+    samples = samples_from_graph("t", build_graph(trace), BANDWIDTH)
+    assert samples.gaps["T4"] == [pytest.approx(t4_s)]
