@@ -52,6 +52,18 @@ def _measure_hint(op: str) -> str:
     return f"run `pytest -m microbench -k {op}` first"
 
 
+def profile_note(profile: str, device_kind: str) -> str | None:
+    """A summary line when ``profile`` is sized for another kind of device than
+    ``device_kind`` (``"cpu"`` or ``"cuda"``), else None."""
+    if profile == "gpu" and device_kind == "cpu":
+        return ("profile gpu on a CPU: its configs are sized for a GPU (those over the "
+                "per-call limit are skipped) and its E2E workloads run at full size")
+    if profile == "quick" and device_kind != "cpu":
+        return ("profile quick on a GPU: its configs are sized for a CPU, and the full-size "
+                "workloads' op calls lie beyond them; --perfmodel-profile gpu covers them")
+    return None
+
+
 class PerfmodelSession:
     """State shared by the perfmodel items of one pytest session."""
 
@@ -106,6 +118,8 @@ class PerfmodelSession:
             except RuntimeError as exc:  # e.g. --perfmodel-device cuda without CUDA
                 self.device_unavailable = f"--perfmodel-device {self.options.device}: {exc}"
                 pytest.skip(self.device_unavailable)
+            if note := profile_note(self.options.profile, self._device.kind):
+                self.notes.append(note)
         return self._device
 
     @property

@@ -529,3 +529,27 @@ def test_collectives_get_their_own_default_budget(pytester, tmp_path, args, expe
     pytester.makepyfile(test_probe=BUDGET_PROBE.format(expected=expected))
     profile = () if any("profile" in a for a in args) else ("--perfmodel-profile=quick",)
     assert run(pytester, tmp_path / "results", *profile, *args).ret == 0
+
+
+DEVICE_SUITE = """
+def test_device(perfmodel_session):
+    assert perfmodel_session.device.kind == "cpu"
+"""
+
+
+@pytest.mark.parametrize("profile, noted", [("gpu", True), ("smoke", False)])
+def test_a_profile_sized_for_another_device_is_noted(pytester, planted_results, profile, noted):
+    """The gpu profile on a CPU says what it does there (full-size workloads,
+    GPU-sized configs skipped past the per-call limit); a CPU profile says nothing."""
+    results, _ = planted_results
+    pytester.makepyfile(DEVICE_SUITE)
+    out = run(pytester, results, f"--perfmodel-profile={profile}")
+    out.assert_outcomes(passed=1)
+    assert ("profile gpu on a CPU: its configs are sized for a GPU" in out.stdout.str()) == noted
+
+
+def test_profile_notes_name_the_profile_that_fits():
+    from pytest_perfmodel.session import profile_note
+
+    assert "--perfmodel-profile gpu" in profile_note("quick", "cuda")
+    assert profile_note("quick", "cpu") is None and profile_note("gpu", "cuda") is None
