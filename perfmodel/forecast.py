@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfmodel.e2e import IterationTiming
+from perfmodel.predict import furthest_beyond
 
 
 @dataclass
@@ -40,7 +41,7 @@ class Forecast:
                for n, c, s in self.unmodelled[:3]]
         if top:
             out.append(f"  unmodelled: {', '.join(top)}"[:100])
-        far = sorted((self.beyond_fit or {}).items(), key=lambda kv: -kv[1][1])[:4]
+        far = furthest_beyond(self.beyond_fit)
         if far:
             out.append("  extrapolated beyond the fitted configs (calls, most x the largest "
                        "fitted FLOPs or bytes): "

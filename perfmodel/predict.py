@@ -84,6 +84,13 @@ def beyond_fit(tasks: list[Task], fit, factor: float = BEYOND_FIT_FACTOR
     return out if known else None
 
 
+def furthest_beyond(beyond: dict[str, tuple[int, float]] | None, n: int = 4
+                    ) -> list[tuple[str, tuple[int, float]]]:
+    """The ``n`` entries of a :func:`beyond_fit` result furthest beyond the fit,
+    furthest first (none for None)."""
+    return sorted((beyond or {}).items(), key=lambda kv: -kv[1][1])[:n]
+
+
 def parse_bias(spec: str) -> dict[str, float]:
     """``"linear=1.1,overhead=1.05"`` -> ``{"linear": 1.1, "overhead": 1.05}``.
 

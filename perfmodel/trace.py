@@ -313,7 +313,7 @@ def profiler_overhead_per_op(ops: int = 2000, repeats: int = 5) -> float:
     import time
 
     import torch
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
 
     x = torch.ones(1)
 
@@ -324,12 +324,8 @@ def profiler_overhead_per_op(ops: int = 2000, repeats: int = 5) -> float:
         return time.perf_counter() - start
 
     loop()
-    plain = min(loop() for _ in range(repeats))
-    profiled = []
-    for _ in range(repeats):
-        with profile(activities=[ProfilerActivity.CPU]):
-            profiled.append(loop())
-    return max(0.0, (min(profiled) - plain) / ops)
+    plain = _fastest(loop, repeats)
+    return max(0.0, (_fastest(loop, repeats, [ProfilerActivity.CPU]) - plain) / ops)
 
 
 def profiler_overhead_per_launch(device: str, launches: int = 2000, repeats: int = 5) -> float:
@@ -340,7 +336,7 @@ def profiler_overhead_per_launch(device: str, launches: int = 2000, repeats: int
     import time
 
     import torch
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
 
     x = torch.ones(1, device=device)
     out = torch.empty_like(x)
@@ -354,15 +350,23 @@ def profiler_overhead_per_launch(device: str, launches: int = 2000, repeats: int
         return time.perf_counter() - start
 
     loop()
-    times = {}
-    for name, activities in (("cpu", [ProfilerActivity.CPU]),
-                             ("cuda", [ProfilerActivity.CPU, ProfilerActivity.CUDA])):
-        runs = []
-        for _ in range(repeats):
-            with profile(activities=activities):
-                runs.append(loop())
-        times[name] = min(runs)
-    return max(0.0, (times["cuda"] - times["cpu"]) / launches)
+    cpu = _fastest(loop, repeats, [ProfilerActivity.CPU])
+    cuda = _fastest(loop, repeats, [ProfilerActivity.CPU, ProfilerActivity.CUDA])
+    return max(0.0, (cuda - cpu) / launches)
+
+
+def _fastest(loop: Callable[[], float], repeats: int, activities=None) -> float:
+    """The smallest of ``repeats`` runs of ``loop`` (its own seconds), each under
+    the profiler with ``activities`` when given."""
+    if activities is None:
+        return min(loop() for _ in range(repeats))
+    from torch.profiler import profile
+
+    runs = []
+    for _ in range(repeats):
+        with profile(activities=activities):
+            runs.append(loop())
+    return min(runs)
 
 
 # -- parsing ----------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import math
 import textwrap
 
 from perfmodel.ops.collective import HOST_CPU, LOADED
+from perfmodel.predict import furthest_beyond
 from pytest_perfmodel.session import PerfmodelSession
 
 #: Columns the block fits in. Longer gate warnings (prose) are wrapped; a FAIL
@@ -82,7 +83,7 @@ def summary_lines(pm: PerfmodelSession, quiet: bool = False) -> list[str]:
                             for name, n, share in r.unmodelled[:3])
             if top:
                 lines.append(f"  {r.workload} unmodelled: {top}"[:100])
-            far = sorted((r.beyond_fit or {}).items(), key=lambda kv: -kv[1][1])[:4]
+            far = furthest_beyond(r.beyond_fit)
             if far:
                 (key, (n, ratio)), rest = far[0], far[1:]
                 lines.append(f"WARN {r.workload}: extrapolated beyond the fitted configs: "

@@ -46,8 +46,10 @@ class _Gemm(OpDef):
             configs = [c for c in grid if self.flops(self._flagged(c), "forward")
                        <= _MAX_FLOPS["full"]]
         else:
-            ranges = {"smoke": {p: (low, min(high, 512)) for p, (low, high) in self.ranges.items()},
-                      "quick": self.ranges, "gpu": self.gpu_ranges or self.ranges}[profile]
+            if profile == "smoke":
+                ranges = {p: (low, min(high, 512)) for p, (low, high) in self.ranges.items()}
+            else:
+                ranges = (self.gpu_ranges or self.ranges) if profile == "gpu" else self.ranges
             configs = random_configs(f"{self.name}-{profile}", dims, ranges, _CONFIGS[profile],
                                      lambda c: self.flops(self._flagged(c), "forward"),
                                      _MAX_FLOPS[profile], aligned_share=_ALIGNED)
