@@ -1,28 +1,32 @@
-"""Ranks that share one host's memory: how much slower an op runs beside the others.
+"""Ranks that share one host: how much slower an op runs beside the others.
 
-Ranks on one host each compute on their own cores, but they share the memory
-bus and the last-level cache, so an op that streams memory runs slower while
-the other ranks compute than it did alone in its microbenchmark. Two
-single-thread processes on cpu-amd-epyc-f25m1-2c, each repeating one op and
-starting every call together, took x1.40-1.57 the time alone for
-``sgd_foreach`` (a pure stream), x1.18-1.42 for an embedding bag's backward and
-x1.04-1.06 for a linear layer's backward (compute bound); in the traces of
-``dlrm_mp@2`` the embedding, optimizer and GEMM ops took x1.15 their
-predictions.
+Ranks on one host share the memory bus and the last-level cache, so an op that
+streams memory runs slower while the other ranks compute than it did alone in
+its microbenchmark. Two single-thread processes on cpu-amd-epyc-f25m1-2c, each
+repeating one op and starting every call together, took x1.40-1.57 the time
+alone for ``sgd_foreach`` (a pure stream), x1.18-1.42 for an embedding bag's
+backward and x1.04-1.06 for a linear layer's backward (compute bound).
+
+Ranks that outnumber the cores also time-share them, and that costs more than
+the ratio of threads to cores: four one-thread processes on those 2 cores, all
+running at once, took x2.16-2.22 the time alone for a 128 x 1024 x 1024
+``addmm`` (x2.02 for one whose operands fit the L2 cache) and x4.2-4.4 for a
+stream of 3 x 16 MiB arrays (x1.60-1.62 with two processes): each switch of
+the core evicts the other's cache lines, and the ranks that hold the cores at
+a time stream together.
 
 The model: an op predicted to take t seconds alone takes
-t x (1 + (k - 1) x s) beside the others, where
+t x (c + (k - c) x s) beside the others, where
 
 - k (:attr:`Contention.slowdown`, >= 1) is how much slower a pure stream runs
-  beside the others: a rank's triad bandwidth alone over its share of the
-  bandwidth when every rank that has a core of its own streams at once
-  (:func:`measure_contention`, measured by the ranks of each run);
+  with every rank streaming at once: a rank's triad bandwidth alone over its
+  bandwidth then (:func:`measure_contention`, measured by the ranks of each run);
+- c (:attr:`Contention.compute_slowdown`, >= 1) is the same for compute: a
+  GEMM (:func:`gemm_kernel`) with every rank running it at once, its own small
+  memory share taken out (:func:`compute_slowdown`). About 1 when every rank
+  has cores of its own; it also prices the ranks' host overheads;
 - s (:func:`memory_share`, 0 to 1) is the share of t the op needs to move its
   bytes at the rank's bandwidth alone: ``op.bytes_moved / (bandwidth x t)``.
-
-Ranks that outnumber the cores time-share them; that is
-:func:`perfmodel.multirank.oversubscription`'s factor, not this one (only the
-ranks that hold a core at a time stream together).
 """
 
 from __future__ import annotations
@@ -34,14 +38,19 @@ from typing import Callable
 
 from perfmodel.ops import get_op
 
-#: Triad calls each rank times per phase, after :data:`WARMUP_CALLS`.
+#: Calls of a kernel each rank times per phase, at least, after
+#: :data:`WARMUP_CALLS`; and the phase's least duration (s).
 CALLS = 8
 WARMUP_CALLS = 2
-#: Rounds of the two phases (alone, side by side); the slowdown is the median
-#: over rounds. With one round it ranged 1.03-1.52 over 27 runs on
+PHASE_S = 0.15
+#: Rounds of the phases (alone, side by side); each slowdown is the median
+#: over rounds. With one round k ranged 1.03-1.52 over 27 runs on
 #: cpu-amd-epyc-f25m1-2c (median 1.31): a phase that a neighbour's burst hits
 #: moves one round, not the result.
 ROUNDS = 3
+#: The compute kernel's shape (:func:`gemm_kernel`): M x K activations times a
+#: K x N weight (4 MiB in float32: beyond a core's L2 cache, within the LLC).
+GEMM_SHAPE = {"M": 128, "K": 1024, "N": 1024}
 
 
 @dataclass(frozen=True)
@@ -50,24 +59,31 @@ class Contention:
 
     ``slowdown`` (k, >= 1) of a pure stream; ``bandwidth_Bps``: one rank's triad
     bandwidth alone (B/s); ``together_Bps``: a rank's triad bandwidth with
-    ``ranks_together`` ranks streaming at once (B/s)."""
+    ``ranks_together`` ranks streaming at once (B/s); ``compute_slowdown`` (c,
+    >= 1) of compute (1 in records written before it was measured)."""
 
     slowdown: float
     bandwidth_Bps: float
     together_Bps: float
     ranks_together: int
+    compute_slowdown: float = 1.0
 
     def __post_init__(self):
-        if not self.slowdown >= 1.0 or not self.bandwidth_Bps > 0 or not self.together_Bps > 0 \
+        if not self.slowdown >= 1.0 or not self.compute_slowdown >= 1.0 \
+                or not self.bandwidth_Bps > 0 or not self.together_Bps > 0 \
                 or self.ranks_together < 1:
             raise ValueError(f"bad contention figures: {self}")
 
     def seconds(self, op: str, params: dict[str, int], dtype: str, direction: str,
                 alone_s: float) -> float:
         """Seconds of ``op`` beside the other ranks, predicted ``alone_s`` alone."""
-        moved = op_bytes_moved(op, params, dtype, direction)
-        return alone_s * (1.0 + (self.slowdown - 1.0) * memory_share(moved, alone_s,
-                                                                      self.bandwidth_Bps))
+        return self.factor(memory_share(op_bytes_moved(op, params, dtype, direction), alone_s,
+                                        self.bandwidth_Bps)) * alone_s
+
+    def factor(self, share: float) -> float:
+        """How much slower an op runs beside the others when moving its bytes
+        takes ``share`` (0 to 1) of its time alone: c + (k - c) x share."""
+        return self.compute_slowdown + (self.slowdown - self.compute_slowdown) * share
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -93,48 +109,82 @@ def slowdown_from_rates(alone_Bps: float, together_Bps: list[float]) -> float:
     return max(1.0, alone_Bps / statistics.fmean(together_Bps))
 
 
-def ranks_together(world_size: int, threads_per_rank: int, cores: int) -> int:
-    """How many of ``world_size`` ranks of ``threads_per_rank`` threads each hold
-    cores of their own at once on ``cores`` cores (>= 1)."""
-    return max(1, min(world_size, cores // max(1, threads_per_rank)))
+def compute_slowdown(gemm_slowdown: float, gemm_share: float, stream_slowdown: float) -> float:
+    """c of :class:`Contention`, at least 1: the GEMM's slowdown beside the
+    others (``gemm_slowdown``) with its memory part taken out, that is c in
+    ``gemm_slowdown = c + (stream_slowdown - c) x gemm_share`` (``gemm_share``:
+    the GEMM's :func:`memory_share` alone, below 1)."""
+    if not 0.0 <= gemm_share < 1.0:
+        raise ValueError(f"the compute kernel's memory share must be in [0, 1), got "
+                         f"{gemm_share!r}")
+    return max(1.0, (gemm_slowdown - stream_slowdown * gemm_share) / (1.0 - gemm_share))
 
 
 def triad_rate(kernel: Callable[[], object], moved_bytes: int, calls: int = CALLS,
-               warmup: int = WARMUP_CALLS, clock: Callable[[], float] = time.perf_counter
-               ) -> float:
-    """Median bandwidth (B/s) of ``calls`` calls of ``kernel``, each moving
-    ``moved_bytes`` (B), after ``warmup`` untimed calls."""
+               warmup: int = WARMUP_CALLS, min_s: float = PHASE_S,
+               clock: Callable[[], float] = time.perf_counter) -> float:
+    """Bandwidth (B/s) of back-to-back calls of ``kernel``, each moving
+    ``moved_bytes`` (B), after ``warmup`` untimed calls: at least ``calls``
+    calls and ``min_s`` seconds of them, their bytes over their total time.
+
+    Not the median call: on time-shared cores a call can run whole within one
+    time slice, and the time the rank spends descheduled falls between calls
+    (4 one-thread ranks on 2 cores: a GEMM's median call x1.10-1.16 its time
+    alone, its calls together x2.2). And not a fixed number of calls: ranks
+    that start a few ms apart then overlap for most of their phase, where 8
+    GEMM calls (25 ms alone) left c at 1.29-1.32 in 2 of 6 runs."""
     for _ in range(warmup):
         kernel()
-    times = []
-    for _ in range(calls):
-        start = clock()
+    start = clock()
+    done = 0
+    while done < calls or clock() - start < min_s:
         kernel()
-        times.append(clock() - start)
-    return moved_bytes / statistics.median(times)
+        done += 1
+    return moved_bytes * done / (clock() - start)
 
 
-def measure_contention(world, threads_per_rank: int, cores: int,
-                       llc_bytes: int) -> Contention | None:
+def gemm_kernel() -> tuple[Callable[[], object], int]:
+    """A float32 ``addmm`` of :data:`GEMM_SHAPE` at this process's torch threads,
+    and the bytes it moves (B, the op's ``bytes_moved``)."""
+    import torch
+
+    m, k, n = GEMM_SHAPE["M"], GEMM_SHAPE["K"], GEMM_SHAPE["N"]
+    bias, x, w = torch.randn(n), torch.randn(m, k), torch.randn(k, n)
+    out = torch.empty(m, n)
+    return ((lambda: torch.addmm(bias, x, w, out=out)),
+            int(op_bytes_moved("addmm", GEMM_SHAPE, "float32", "forward")))
+
+
+def measure_contention(world, llc_bytes: int) -> Contention | None:
     """Measure :class:`Contention` on the ranks of ``world`` (a
-    :class:`~perfmodel.distributed.World`; every rank calls this together):
-    rank 0 runs the triad (:func:`perfmodel.device.triad_kernel`) alone while
-    the others wait, then the first :func:`ranks_together` ranks run it at once,
-    :data:`ROUNDS` times. Returns the figures at rank 0 (the round of median
-    slowdown), None elsewhere. About 2 seconds."""
+    :class:`~perfmodel.distributed.World`; every rank calls this together, at
+    its own torch threads). Each of :data:`ROUNDS` rounds times the triad
+    (:func:`perfmodel.device.triad_kernel`) and then the GEMM
+    (:func:`gemm_kernel`) on rank 0 alone while the others wait, and then on
+    every rank at once. Returns the figures at rank 0 (k and c the medians over
+    rounds; the bandwidths those of the round of median k), None elsewhere.
+    About 3 seconds."""
     from perfmodel.device import triad_kernel
 
-    together = ranks_together(world.size, threads_per_rank, cores)
-    kernel, moved = triad_kernel(llc_bytes) if world.rank < together else (None, 0)
-    rounds = []
+    triad, triad_bytes = triad_kernel(llc_bytes)
+    gemm, gemm_bytes = gemm_kernel()
+    rounds, computes = [], []
     for _ in range(ROUNDS):
-        alone = world.on_rank0_alone(lambda: triad_rate(kernel, moved), "the contention triad")
-        rate = triad_rate(kernel, moved) if kernel is not None else None
-        rates = world.comm.gather(rate, root=0)
+        rates = {}
+        for name, kernel, moved in (("triad", triad, triad_bytes), ("gemm", gemm, gemm_bytes)):
+            alone = world.on_rank0_alone(lambda: triad_rate(kernel, moved), f"the {name} alone")
+            world.barrier(f"the {name} side by side")
+            rate = triad_rate(kernel, moved)
+            world.barrier(f"the {name} side by side")  # an MPI gather spins: none waits in it
+            rates[name] = (alone, world.comm.gather(rate, root=0))
         if world.rank == 0:
-            rates = [r for r in rates if r is not None]
-            rounds.append(Contention(slowdown_from_rates(alone, rates), alone,
-                                     statistics.fmean(rates), together))
+            (alone_Bps, together), (gemm_alone, gemm_together) = rates["triad"], rates["gemm"]
+            k = slowdown_from_rates(alone_Bps, together)
+            rounds.append(Contention(k, alone_Bps, statistics.fmean(together), world.size))
+            computes.append(compute_slowdown(slowdown_from_rates(gemm_alone, gemm_together),
+                                             min(0.99, gemm_alone / alone_Bps), k))
     if world.rank != 0:
         return None
-    return sorted(rounds, key=lambda c: c.slowdown)[len(rounds) // 2]
+    median = sorted(rounds, key=lambda c: c.slowdown)[len(rounds) // 2]
+    return Contention(median.slowdown, median.bandwidth_Bps, median.together_Bps,
+                      median.ranks_together, statistics.median(computes))

@@ -29,8 +29,10 @@ threads leave no core free for gloo's worker threads, a collective's CPU time
 (the ``host_cpu`` predictor) is taken from its rank's compute rather than
 overlapped with it (:func:`comm_host_share`: 1 at 2 and 4 ranks on 2 cores).
 And when the ranks' threads outnumber the cores (4 one-thread ranks on 2 cores)
-each rank gets only a share of a core, so its host work and its collectives'
-CPU time are multiplied by :func:`oversubscription` (2 there; 1 at 2 ranks).
+each rank gets only a share of a core: its ops, host work and collectives' CPU
+time run slower by the compute slowdown the ranks measure together (the
+contention's c: 2.0-2.2 there, about 1 at 2 ranks; :func:`oversubscription`,
+2 there, where it was not measured).
 
 Measured time: after warm-up, each of ``repeat`` blocks of ``number``
 iterations starts at a ``torch.distributed`` barrier (gloo's, which blocks
@@ -62,7 +64,7 @@ from perfmodel.e2e import (MEASURE, TRACE_ITERATIONS, TRACE_WARMUP, E2EResult, I
 from perfmodel.graph import Graph, build_graph
 from perfmodel.overheads import OverheadTable, samples_from_graph, table_from_samples
 from perfmodel.plaindata import write_json_atomic
-from perfmodel.predict import CommPrice, beyond_fit, sim_tasks
+from perfmodel.predict import NON_OP_CATEGORIES, CommPrice, beyond_fit, sim_tasks
 from perfmodel.ops.collective import HOST_CPU, LOADED
 from perfmodel.simulate import MultiRankResult, simulate_ranks
 from perfmodel.trace import TraceFiles, capture_trace, load_trace
@@ -172,38 +174,42 @@ def predict_ranks(graphs: list[Graph], fit, table: OverheadTable,
                   bias: dict[str, float] | None = None, keep_timeline: bool = True,
                   cpu_share: float = 1.0, comm_share: float = 0.0,
                   contention: Contention | None = None,
-                  drift: HostDrift | None = None) -> RanksPrediction:
+                  drift: HostDrift | None = None, time_shared: bool = False
+                  ) -> RanksPrediction:
     """Predict one iteration of the ranks whose task graphs are ``graphs``
     (rank order); the predicted time is the slowest rank's. Each op's fitted
     time is first moved by the host's ``drift`` since the fit's measurements
     (None: the host is as fast as then; see :class:`perfmodel.drift.HostDrift`),
-    then slowed beside the other ranks by ``contention`` (None: as fast as
-    alone; see :mod:`perfmodel.contention`). Host time, and each collective's
-    CPU time, are then multiplied by ``cpu_share`` (>= 1, see :func:`oversubscription`); the
+    then slowed beside the other ranks by ``contention`` (see
+    :mod:`perfmodel.contention`; None: multiplied by ``cpu_share``). The other
+    host time, and each collective's CPU time, are multiplied by ``cpu_share``
+    (>= 1: how much slower the ranks' host work runs beside each other, the
+    contention's c where measured, else :func:`oversubscription`); the
     collectives' times are not: they were measured on ranks sharing the CPU.
     ``comm_share`` of each collective's CPU time is charged to its rank's host
     (see :func:`comm_host_share`). A collective that overlaps its rank's compute
     slows down to its ``loaded`` time, where measured (see
-    :mod:`perfmodel.simulate`) and where the ranks' threads fit on the cores
-    (``cpu_share`` 1). On time-shared cores the host work is already stretched
-    by ``cpu_share`` and charged the collectives' CPU time, and a loaded time
-    (every rank computing without pause beside the collective) counts that lost
-    core time a second time: at 4 one-thread ranks on 2 cores, with loaded
-    times, ``ddp_mlp`` and ``dlrm_mp`` were over-predicted by 17-27% (README,
-    Several ranks)."""
-    comm = comm_pricer(fit, loaded=cpu_share <= 1.0)
+    :mod:`perfmodel.simulate`), unless the ranks' threads outnumber the cores
+    (``time_shared``). On time-shared cores the host work is already stretched
+    and charged the collectives' CPU time, and a loaded time (every rank
+    computing without pause beside the collective) counts that lost core time a
+    second time: at 4 one-thread ranks on 2 cores, with loaded times,
+    ``ddp_mlp`` and ``dlrm_mp`` were over-predicted by 17-27% (README, Several
+    ranks)."""
+    comm = comm_pricer(fit, loaded=not time_shared)
 
     def beside(task, fit_s: float) -> float:
         now_s = fit_s if drift is None else drift.seconds(
             task.op, task.params, task.dtype, task.direction, fit_s)
-        return now_s if contention is None else contention.seconds(
+        return now_s * cpu_share if contention is None else contention.seconds(
             task.op, task.params, task.dtype, task.direction, now_s)
 
     per_rank, missing = [], {}
     for graph in graphs:
         tasks, rank_missing = sim_tasks(graph, fit, table, False, bias, comm, beside)
         for task in tasks:
-            task.host_s *= cpu_share
+            if task.category in NON_OP_CATEGORIES:  # ops were priced by beside()
+                task.host_s *= cpu_share
             if task.cpu_s is not None:
                 task.cpu_s *= cpu_share
         per_rank.append(tasks)
@@ -411,8 +417,7 @@ def _run_rank(args: argparse.Namespace, world, label: str) -> None:
         cfg = cfg.tiny()
     step = cfg.build("cpu", seed=0)
     store = ResultStore(Path(args.results), args.device_key)
-    contention = measure_contention(world, torch.get_num_threads(), args.cores,
-                                    cpu_cache_sizes()[1])
+    contention = measure_contention(world, cpu_cache_sizes()[1])
     # alone, as for the contention's bandwidth alone
     speed = world.on_rank0_alone(measure_host_speed, "the host speed")
     files = [_files(traces_dir(store.dir), f"{label}.rank{r}") for r in range(world.size)]
@@ -442,11 +447,13 @@ def result_record(label: str, graphs: list[Graph], fit, table: OverheadTable,
     ``host_speed`` and the drift from the fit's (None: either not measured), and
     the prediction at the fit's host speed (``predicted_fit_speed_s``)."""
     measured, rank_medians = timing
-    share = oversubscription(len(graphs), threads, cores)
+    oversubscribed = oversubscription(len(graphs), threads, cores)
+    share = oversubscribed if contention is None else contention.compute_slowdown
     comm_share = comm_host_share(len(graphs), threads, cores)
     drift = (HostDrift.between(host_speed, fit.host_speed, bandwidth_B_per_s)
              if host_speed is not None and fit.host_speed is not None else None)
-    common = dict(cpu_share=share, comm_share=comm_share, contention=contention)
+    common = dict(cpu_share=share, comm_share=comm_share, contention=contention,
+                  time_shared=oversubscribed > 1.0)
     shared = predict_ranks(graphs, fit, table, bias, drift=drift, **common)
     own_table = table_from_samples([samples_from_graph(f"{label}.rank{r}", g, bandwidth_B_per_s)
                                     for r, g in enumerate(graphs)], bandwidth_B_per_s)

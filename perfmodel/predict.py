@@ -124,6 +124,11 @@ class CommPrice(NamedTuple):
     loaded_s: float | None = None
 
 
+#: The categories of the :class:`SimTask` s that :func:`sim_tasks` makes of
+#: anything but an op (ops take their family's).
+NON_OP_CATEGORIES = ("host overhead", "communication", "unmodelled")
+
+
 def sim_tasks(graph: Graph, fit, table: OverheadTable, on_device: bool,
               bias: dict[str, float] | None = None,
               comm: Callable[[str, dict[str, int]], CommPrice] | None = None,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfmodel.contention import (Contention, measure_contention, memory_share, ranks_together,
+from perfmodel.contention import (Contention, compute_slowdown, measure_contention, memory_share,
                                   slowdown_from_rates, triad_rate)
 from perfmodel.distributed import World, _OneRank
 from perfmodel.graph import Graph, Task
@@ -21,8 +21,8 @@ seconds = st.floats(1e-7, 10.0)
 slowdowns = st.floats(1.0, 4.0)
 
 
-def _contention(slowdown, bandwidth=2e10):
-    return Contention(slowdown, bandwidth, bandwidth / slowdown, 2)
+def _contention(slowdown, bandwidth=2e10, compute=1.0):
+    return Contention(slowdown, bandwidth, bandwidth / slowdown, 2, compute)
 
 
 @given(st.floats(0.0, 1e12), seconds, st.floats(1e6, 1e12))
@@ -54,7 +54,8 @@ def test_a_streaming_op_slows_more_than_a_compute_bound_one():
 
 
 def test_contention_figures_are_checked():
-    for bad in ((0.9, 1e10, 1e10, 2), (1.2, 0.0, 1e10, 2), (1.2, 1e10, 1e10, 0)):
+    for bad in ((0.9, 1e10, 1e10, 2), (1.2, 0.0, 1e10, 2), (1.2, 1e10, 1e10, 0),
+                (1.2, 1e10, 1e10, 2, 0.5)):
         with pytest.raises(ValueError, match="bad contention figures"):
             Contention(*bad)
 
@@ -66,13 +67,33 @@ def test_slowdown_is_alone_over_the_mean_together_and_at_least_one(alone, togeth
     assert k == pytest.approx(max(1.0, alone / np.mean(together)))
 
 
-def test_ranks_together_are_those_with_cores_of_their_own():
-    assert [ranks_together(w, t, c) for w, t, c in
-            [(2, 1, 2), (4, 1, 2), (1, 1, 2), (2, 8, 16), (4, 2, 2), (3, 1, 8)]] == [
-        2, 2, 1, 2, 1, 3]
+@given(st.floats(1.0, 3.0), slowdowns, st.floats(0.0, 0.9))
+def test_the_compute_slowdown_is_the_gemms_without_its_memory_part(c, k, share):
+    gemm = c + (k - c) * share  # what the GEMM measures, by the model
+    assert compute_slowdown(gemm, share, k) == pytest.approx(max(1.0, c), rel=1e-9, abs=1e-9)
+    assert compute_slowdown(gemm, 0.0, k) == pytest.approx(gemm)
 
 
-def test_triad_rate_is_bytes_over_the_median_call():
+def test_the_compute_kernels_memory_share_must_leave_it_compute():
+    with pytest.raises(ValueError, match="memory share"):
+        compute_slowdown(2.2, 1.0, 4.0)
+
+
+@given(st.floats(1.0, 3.0), slowdowns, st.floats(0.0, 1.0))
+def test_an_op_slows_between_the_computes_and_the_streams_slowdown(c, k, share):
+    factor = _contention(k, compute=c).factor(share)
+    assert min(c, k) * (1 - 1e-12) <= factor <= max(c, k) * (1 + 1e-12)
+    assert _contention(k, compute=c).factor(0.0) == c and _contention(k, compute=c).factor(1.0) == k
+
+
+def test_time_shared_ranks_slow_even_a_compute_bound_op():
+    """Four one-thread ranks on two cores (c 2.2, k 4.2): a linear that needs
+    almost none of its time for its bytes takes about 2.2x its time alone."""
+    slowed = _contention(4.2, compute=2.2).seconds("linear", LINEAR, "float32", "backward", 1.0)
+    assert 2.2 < slowed < 2.2 + 2e-3
+
+
+def test_triad_rate_is_the_calls_bytes_over_their_total_time():
     durations = iter([1.0, 3.0, 2.0, 2.0, 5.0])
     now = [0.0]
 
@@ -82,15 +103,25 @@ def test_triad_rate_is_bytes_over_the_median_call():
     def kernel():
         now[0] += next(durations)
 
-    rate = triad_rate(kernel, 600, calls=3, warmup=2, clock=clock)
-    assert rate == 600 / 2.0  # calls of 2, 2 and 5 s after warm-ups of 1 and 3 s
+    rate = triad_rate(kernel, 600, calls=3, warmup=2, min_s=0.0, clock=clock)
+    assert rate == 3 * 600 / 9.0  # calls of 2, 2 and 5 s after warm-ups of 1 and 3 s
+
+
+def test_triad_rate_runs_calls_for_at_least_the_phases_time():
+    now = [0.0]
+
+    def kernel():
+        now[0] += 1.0
+
+    rate = triad_rate(kernel, 100, calls=2, warmup=1, min_s=4.5, clock=lambda: now[0])
+    assert rate == 5 * 100 / 5.0  # 2 calls are not 4.5 s: 5 are
 
 
 def test_one_rank_measures_itself_alone_and_together():
     world = World(0, 1, 0, 1, _OneRank())
-    contention = measure_contention(world, threads_per_rank=1, cores=2, llc_bytes=0)
+    contention = measure_contention(world, llc_bytes=0)
     assert contention.ranks_together == 1
-    assert contention.slowdown >= 1.0
+    assert contention.slowdown >= 1.0 and contention.compute_slowdown >= 1.0
     assert contention.bandwidth_Bps > 1e8 and contention.together_Bps > 1e8
 
 

@@ -367,9 +367,33 @@ def test_loaded_times_are_used_only_where_the_ranks_threads_fit_the_cores():
     own_cores = predict_ranks([graph(), graph()], _CommFit(), table, cpu_share=1.0)
     # a tenth of the work beside the 1 ms GEMM, the rest at the idle pace, then 1 ms of relu
     assert own_cores.total_s == pytest.approx(2.9e-3)
-    shared = predict_ranks([graph(), graph()], _CommFit(), table, cpu_share=2.0)
+    shared = predict_ranks([graph(), graph()], _CommFit(), table, cpu_share=2.0,
+                           time_shared=True)
     # each host op takes 2 ms; the collective its idle 1 ms, done before relu needs it
     assert shared.total_s == pytest.approx(4e-3)
+
+
+def test_the_contention_prices_ops_and_the_cpu_share_the_rest_once():
+    """Time-shared ranks (c = k = 2): an op takes twice its time alone, and so
+    does an unmodelled node (by cpu_share); neither is slowed twice."""
+    from perfmodel.contention import Contention
+    from perfmodel.graph import Graph, Task
+    from perfmodel.multirank import predict_ranks
+    from perfmodel.overheads import table_from_samples
+
+    graph = Graph([Task("op", "aten::linear", "gemm", op="linear", direction="forward",
+                        dtype="float32", params={"B": 256, "IN": 100, "OUT": 256}),
+                   Task("unmodelled", "aten::foo", "unmodelled", bytes=1e6)], None)
+    table = table_from_samples([], BANDWIDTH)
+    alone = predict_ranks([graph], _CommFit(), table)
+    assert alone.breakdown_s["gemm"] == pytest.approx(1e-3)
+    both = Contention(2.0, BANDWIDTH, BANDWIDTH / 2, 4, compute_slowdown=2.0)
+    for contention in (both, None):
+        shared = predict_ranks([graph], _CommFit(), table, cpu_share=2.0, contention=contention,
+                               time_shared=True)
+        assert shared.breakdown_s["gemm"] == pytest.approx(2e-3)
+        assert shared.breakdown_s["unmodelled"] == pytest.approx(
+            2 * alone.breakdown_s["unmodelled"])
 
 
 def test_ops_are_moved_by_the_hosts_drift_before_the_contention():
