@@ -10,10 +10,10 @@ backward and x1.04-1.06 for a linear layer's backward (compute bound).
 Ranks that outnumber the cores also time-share them, and that costs more than
 the ratio of threads to cores: four one-thread processes on those 2 cores, all
 running at once, took x2.16-2.22 the time alone for a 128 x 1024 x 1024
-``addmm`` (x2.02 for one whose operands fit the L2 cache) and x4.2-4.4 for a
-stream of 3 x 16 MiB arrays (x1.60-1.62 with two processes): each switch of
-the core evicts the other's cache lines, and the ranks that hold the cores at
-a time stream together.
+``addmm`` (x2.02 for one whose operands fit the L2 cache) and x4.2-4.4 for an
+in-place add over two 16 MiB arrays (x1.60-1.62 with two processes): each
+switch of the core evicts the other's cache lines, and the ranks that hold the
+cores at a time stream together.
 
 The model: an op predicted to take t seconds alone takes
 t x (c + (k - c) x s) beside the others, where

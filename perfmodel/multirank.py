@@ -4,11 +4,12 @@
 and waits for it (with a timeout). Every rank (:func:`rank_main`) joins the
 torch.distributed process group (:func:`perfmodel.distributed.init_distributed`,
 gloo on a CPU), pins torch to its share of the cores, builds its part of the
-workload, measures with the others how much slower memory-bound work runs
-beside them (:func:`perfmodel.contention.measure_contention`), captures its
-own trace (``<workload>@<W>.rank<r>.*`` in the device's traces folder) and
-then times the iteration. Rank 0 builds every rank's task
-graph, prices it with the stored per-op fit (collectives by their fitted
+workload, measures with the others how much slower compute and memory-bound
+work run beside them (:func:`perfmodel.contention.measure_contention`),
+captures its own trace (``<workload>@<W>.rank<r>.*`` in the device's traces
+folder) and then times the iteration; rank 0 times the host's speed alone
+before, between and after (:func:`perfmodel.drift.measure_host_speed`, the
+median of the three). Rank 0 builds every rank's task graph, prices it with the stored per-op fit (collectives by their fitted
 communication predictor, :mod:`perfmodel.comm_model`) and the device's shared
 overhead table (ops slowed by that contention), simulates the ranks together
 (:func:`perfmodel.simulate.simulate_ranks`) and writes one JSON result, which
@@ -31,7 +32,7 @@ overlapped with it (:func:`comm_host_share`: 1 at 2 and 4 ranks on 2 cores).
 And when the ranks' threads outnumber the cores (4 one-thread ranks on 2 cores)
 each rank gets only a share of a core: its ops, host work and collectives' CPU
 time run slower by the compute slowdown the ranks measure together (the
-contention's c: 2.0-2.2 there, about 1 at 2 ranks; :func:`oversubscription`,
+contention's c: 1.97-2.16 there, 1.00-1.10 at 2 ranks; :func:`oversubscription`,
 2 there, where it was not measured).
 
 Measured time: after warm-up, each of ``repeat`` blocks of ``number``
@@ -418,15 +419,23 @@ def _run_rank(args: argparse.Namespace, world, label: str) -> None:
     step = cfg.build("cpu", seed=0)
     store = ResultStore(Path(args.results), args.device_key)
     contention = measure_contention(world, cpu_cache_sizes()[1])
-    # alone, as for the contention's bandwidth alone
-    speed = world.on_rank0_alone(measure_host_speed, "the host speed")
+
+    def host_speed():  # alone, as for the contention's bandwidth alone
+        return world.on_rank0_alone(measure_host_speed, "the host speed")
+
+    # One sample's `add` moved by +-20% within seconds (1.36-2.09 ms): the run's
+    # speed is the median of three, before the trace, after it and after the timing.
+    speeds = [host_speed()]
     files = [_files(traces_dir(store.dir), f"{label}.rank{r}") for r in range(world.size)]
     capture_trace(step.step, traces_dir(store.dir), f"{label}.rank{world.rank}",
                   TRACE_ITERATIONS, TRACE_WARMUP)
+    speeds.append(host_speed())
     warmup, repeat, number = MEASURE[args.profile]
     timing = measure_ranks(step.step, dist.barrier, lambda s: world.comm.gather(s, root=0),
                            step.items, warmup, repeat, number)
+    speeds.append(host_speed())
     if world.rank == 0:
+        speed = HostSpeed.median_of(speeds)
         fit = require_fit(store, torch.get_num_threads(), args.profile)
         table, _ = shared_table(store.dir, args.bandwidth)
         graphs = [build_graph(load_trace(f.et, f.kineto, f.calibration)) for f in files]
