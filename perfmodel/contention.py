@@ -120,9 +120,9 @@ def compute_slowdown(gemm_slowdown: float, gemm_share: float, stream_slowdown: f
     return max(1.0, (gemm_slowdown - stream_slowdown * gemm_share) / (1.0 - gemm_share))
 
 
-def triad_rate(kernel: Callable[[], object], moved_bytes: int, calls: int = CALLS,
-               warmup: int = WARMUP_CALLS, min_s: float = PHASE_S,
-               clock: Callable[[], float] = time.perf_counter) -> float:
+def byte_rate(kernel: Callable[[], object], moved_bytes: int, calls: int = CALLS,
+             warmup: int = WARMUP_CALLS, min_s: float = PHASE_S,
+             clock: Callable[[], float] = time.perf_counter) -> float:
     """Bandwidth (B/s) of back-to-back calls of ``kernel``, each moving
     ``moved_bytes`` (B), after ``warmup`` untimed calls: at least ``calls``
     calls and ``min_s`` seconds of them, their bytes over their total time.
@@ -172,9 +172,8 @@ def measure_contention(world, llc_bytes: int) -> Contention | None:
     for _ in range(ROUNDS):
         rates = {}
         for name, kernel, moved in (("triad", triad, triad_bytes), ("gemm", gemm, gemm_bytes)):
-            alone = world.on_rank0_alone(lambda: triad_rate(kernel, moved), f"the {name} alone")
-            world.barrier(f"the {name} side by side")
-            rate = triad_rate(kernel, moved)
+            alone = world.on_rank0_alone(lambda: byte_rate(kernel, moved), f"the {name} alone")
+            rate = byte_rate(kernel, moved)  # every rank at once, from the barrier above
             world.barrier(f"the {name} side by side")  # an MPI gather spins: none waits in it
             rates[name] = (alone, world.comm.gather(rate, root=0))
         if world.rank == 0:

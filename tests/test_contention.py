@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfmodel.contention import (Contention, compute_slowdown, measure_contention, memory_share,
-                                  slowdown_from_rates, triad_rate)
+from perfmodel.contention import (Contention, byte_rate, compute_slowdown, measure_contention,
+                                  memory_share, slowdown_from_rates)
 from perfmodel.distributed import World, _OneRank
 from perfmodel.graph import Graph, Task
 from perfmodel.ops import get_op
@@ -94,7 +94,7 @@ def test_time_shared_ranks_slow_even_a_compute_bound_op():
     assert 2.2 < slowed < 2.2 + 2e-3
 
 
-def test_triad_rate_is_the_calls_bytes_over_their_total_time():
+def test_byte_rate_is_the_calls_bytes_over_their_total_time():
     durations = iter([1.0, 3.0, 2.0, 2.0, 5.0])
     now = [0.0]
 
@@ -104,17 +104,17 @@ def test_triad_rate_is_the_calls_bytes_over_their_total_time():
     def kernel():
         now[0] += next(durations)
 
-    rate = triad_rate(kernel, 600, calls=3, warmup=2, min_s=0.0, clock=clock)
+    rate = byte_rate(kernel, 600, calls=3, warmup=2, min_s=0.0, clock=clock)
     assert rate == 3 * 600 / 9.0  # calls of 2, 2 and 5 s after warm-ups of 1 and 3 s
 
 
-def test_triad_rate_runs_calls_for_at_least_the_phases_time():
+def test_byte_rate_runs_calls_for_at_least_the_phases_time():
     now = [0.0]
 
     def kernel():
         now[0] += 1.0
 
-    rate = triad_rate(kernel, 100, calls=2, warmup=1, min_s=4.5, clock=lambda: now[0])
+    rate = byte_rate(kernel, 100, calls=2, warmup=1, min_s=4.5, clock=lambda: now[0])
     assert rate == 5 * 100 / 5.0  # 2 calls are not 4.5 s: 5 are
 
 
