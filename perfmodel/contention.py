@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
 from perfmodel.ops import get_op
@@ -185,5 +185,4 @@ def measure_contention(world, llc_bytes: int) -> Contention | None:
     if world.rank != 0:
         return None
     median = sorted(rounds, key=lambda c: c.slowdown)[len(rounds) // 2]
-    return Contention(median.slowdown, median.bandwidth_Bps, median.together_Bps,
-                      median.ranks_together, statistics.median(computes))
+    return replace(median, compute_slowdown=statistics.median(computes))

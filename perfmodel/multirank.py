@@ -9,9 +9,10 @@ work run beside them (:func:`perfmodel.contention.measure_contention`),
 captures its own trace (``<workload>@<W>.rank<r>.*`` in the device's traces
 folder) and then times the iteration; rank 0 times the host's speed alone
 before, between and after (:func:`perfmodel.drift.measure_host_speed`, the
-median of the three). Rank 0 builds every rank's task graph, prices it with the stored per-op fit (collectives by their fitted
-communication predictor, :mod:`perfmodel.comm_model`) and the device's shared
-overhead table (ops slowed by that contention), simulates the ranks together
+median of the three). Rank 0 builds every rank's task graph, prices it with
+the stored per-op fit (collectives by their fitted communication predictor,
+:mod:`perfmodel.comm_model`) and the device's shared overhead table (ops
+slowed by that contention), simulates the ranks together
 (:func:`perfmodel.simulate.simulate_ranks`) and writes one JSON result, which
 the parent turns into an :class:`~perfmodel.e2e.E2EResult` named
 ``<workload>@<W>``.
