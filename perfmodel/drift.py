@@ -4,8 +4,10 @@ Two back-to-back replicates of a microbenchmark agree to 1-3% (the accuracy
 table's ``noise`` column), but on a shared VM the speed of the whole host moves
 over seconds and minutes, and a sweep, a fit and an E2E measurement taken
 minutes apart see different hosts. :func:`probe` times two reference ops, a
-512x512x512 fp32 ``addmm`` (compute) and a 4M-element fp32 ``add`` (memory),
-built from their op definitions, every ``interval_s`` for ``seconds``: each
+512x512x512 fp32 ``addmm`` (compute) and a 16M-element fp32 ``copy`` (memory:
+2 x 64 MiB into a preallocated tensor, beyond the last-level cache of the CPUs
+this project runs on), built from their op definitions, every ``interval_s``
+for ``seconds``: each
 sample is the median of ``calls`` calls. :func:`summarise` gives per op the
 min, median and max sample, max/min, and the GMAE of the samples against their
 median: the error a perfect predictor, fitted at one moment, shows at another.
@@ -29,8 +31,20 @@ from typing import Callable
 from perfmodel.metrics import gmae
 
 #: Reference ops: (op name, config) of a compute-bound and a memory-bound call.
+#: The memory reference was a 4M-element ``add`` (3 x 16 MiB) until 2026-11-26: on
+#: cpu-amd-epyc-f25m1-2c (32 MiB LLC) it read 1.46-1.84 ms in fresh processes
+#: and 0.70-0.79 of a fit's median at rank 0 of a multi-rank run, as much of it
+#: served from the cache as the cache's last contents allowed. Over 47
+#: multi-rank runs, a measured iteration's ratio to its prediction at the fit's
+#: speed followed the ``addmm``'s drift (coefficient 0.70-1.51 in log terms) and
+#: hardly the ``add``'s (0.07-0.17). The ``copy`` of 2 x 64 MiB streams from
+#: memory: 6.96-7.46 ms in six fresh processes.
 REFERENCE = {"addmm": ("addmm", {"M": 512, "N": 512, "K": 512}),
-             "add": ("add", {"ROWS": 2048, "COLS": 2048})}
+             "copy": ("copy", {"ELEMS": 1 << 24})}
+#: Reference sets of earlier versions, readable in stored records and fits but
+#: not comparable with :data:`REFERENCE` (:meth:`HostSpeed.comparable`).
+LEGACY_REFERENCES = ({"addmm": ("addmm", {"M": 512, "N": 512, "K": 512}),
+                      "add": ("add", {"ROWS": 2048, "COLS": 2048})},)
 
 
 @dataclass(frozen=True)
@@ -133,15 +147,16 @@ def drift_record(samples: list[DriftSample], device_key: str, env: dict,
 SPEED_CALLS = 10
 SPEED_ROUNDS = 3
 #: A microbench session re-measures the host's speed when its last sample is
-#: older than this (s): about 0.3 s a minute.
+#: older than this (s): about 0.5 s a minute.
 SPEED_INTERVAL_S = 60.0
 
 
 @dataclass(frozen=True)
 class HostSpeed:
     """The host's speed at one moment: median seconds per call of each
-    :data:`REFERENCE` op (``addmm``: compute, ``add``: memory), at the torch
-    thread count of the process that measured it.
+    :data:`REFERENCE` op (``addmm``: compute, ``copy``: memory), at the torch
+    thread count of the process that measured it. One read from a record of an
+    earlier version may hold a :data:`LEGACY_REFERENCES` set instead.
 
     A microbench session stores its latest sample in every measurement record
     (``host_speed``) and a fit keeps the median over the records it was trained
@@ -154,10 +169,18 @@ class HostSpeed:
     def to_dict(self) -> dict[str, float]:
         return dict(self.seconds)
 
+    @property
+    def comparable(self) -> bool:
+        """Whether this speed was taken with the current :data:`REFERENCE` ops
+        (False for a :data:`LEGACY_REFERENCES` set)."""
+        return set(self.seconds) == set(REFERENCE)
+
     @classmethod
     def from_dict(cls, data: object, where: str) -> "HostSpeed":
-        """Read :meth:`to_dict`'s form; ValueError naming ``where`` otherwise."""
-        if not isinstance(data, dict) or set(data) != set(REFERENCE) or not all(
+        """Read :meth:`to_dict`'s form (the current reference ops or a legacy
+        set); ValueError naming ``where`` otherwise."""
+        sets = [set(REFERENCE), *(set(r) for r in LEGACY_REFERENCES)]
+        if not isinstance(data, dict) or set(data) not in sets or not all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1e3
                 for v in data.values()):
             raise ValueError(f"{where}: host_speed must map {sorted(REFERENCE)} to seconds "
@@ -166,10 +189,17 @@ class HostSpeed:
 
     @classmethod
     def median_of(cls, speeds: list["HostSpeed"]) -> "HostSpeed | None":
-        """Per reference op, the median over ``speeds`` (None for none)."""
+        """Per reference op, the median over ``speeds`` taken with one set of
+        reference ops: the current one where any is, else the commonest legacy
+        set (None for none)."""
         if not speeds:
             return None
-        return cls({op: statistics.median(s.seconds[op] for s in speeds) for op in REFERENCE})
+        current = [s for s in speeds if s.comparable]
+        if not current:
+            keys = statistics.mode(tuple(sorted(s.seconds)) for s in speeds)
+            current = [s for s in speeds if tuple(sorted(s.seconds)) == keys]
+        return cls({op: statistics.median(s.seconds[op] for s in current)
+                    for op in current[0].seconds})
 
 
 def measure_host_speed(runners: dict[str, Callable[[], object]] | None = None,
@@ -178,7 +208,8 @@ def measure_host_speed(runners: dict[str, Callable[[], object]] | None = None,
     """One :class:`HostSpeed` sample: a warm-up call, then ``rounds`` rounds of
     ``calls`` timed calls of each reference op (``runners``, default
     :func:`reference_runners`); per op, the median round of the per-round
-    medians. About 0.3 s at one thread."""
+    medians. About 0.5 s at one thread (a ``copy`` 7 ms, an ``addmm`` 2.9 ms
+    per call on cpu-amd-epyc-f25m1-2c)."""
     runners = runners if runners is not None else reference_runners()
     for fn in runners.values():
         fn()
@@ -190,7 +221,7 @@ def measure_host_speed(runners: dict[str, Callable[[], object]] | None = None,
 class HostDrift:
     """How much slower than at its fit's measurements an op runs now.
 
-    ``compute`` and ``memory`` are the reference ``addmm``'s and ``add``'s
+    ``compute`` and ``memory`` are the reference ``addmm``'s and ``copy``'s
     seconds now over their seconds in the fit's :class:`HostSpeed` (> 1: the
     host is slower now). An op predicted at t seconds takes
     t x ((1 - s) x compute + s x memory), where s is the share of t its bytes
@@ -205,10 +236,15 @@ class HostDrift:
             raise ValueError(f"bad host drift figures: {self}")
 
     @classmethod
-    def between(cls, now: HostSpeed, fit: HostSpeed, bandwidth_Bps: float) -> "HostDrift":
-        """The drift from the fit's speed ``fit`` to ``now``."""
+    def between(cls, now: HostSpeed, fit: HostSpeed,
+                bandwidth_Bps: float) -> "HostDrift | None":
+        """The drift from the fit's speed ``fit`` to ``now``; None when either
+        was taken with other reference ops than :data:`REFERENCE` (a fit whose
+        records predate them: refit to track the host's speed)."""
+        if not (now.comparable and fit.comparable):
+            return None
         return cls(now.seconds["addmm"] / fit.seconds["addmm"],
-                   now.seconds["add"] / fit.seconds["add"], bandwidth_Bps)
+                   now.seconds["copy"] / fit.seconds["copy"], bandwidth_Bps)
 
     def seconds(self, op: str, params: dict[str, int], dtype: str, direction: str,
                 fit_s: float) -> float:

@@ -197,9 +197,9 @@ class PerfmodelSession:
         now if the last sample is older than :data:`~perfmodel.drift.SPEED_INTERVAL_S`.
         None on other devices and when off.
 
-        The reference ops must run alone: beside another rank's op, the
-        memory-bound ``add`` took 1.8-3.6 ms per call in a sweep over 2 ranks on
-        cpu-amd-epyc-f25m1-2c, against 1.7-1.75 ms alone."""
+        The reference ops must run alone: beside another rank's op, the earlier
+        memory-bound reference (a 4M-element ``add``) took 1.8-3.6 ms per call in
+        a sweep over 2 ranks on cpu-amd-epyc-f25m1-2c, against 1.7-1.75 ms alone."""
         if self.host_speed_source == "off" or self.device.kind != "cpu":
             return None
         if self.host_speed_source == "fixed":

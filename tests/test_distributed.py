@@ -155,7 +155,7 @@ def test_two_ranks_store_every_record_once_and_report_once(pytester, planted_res
     assert rank1 and all(r["op"] == "add" for r in rank1)  # its shard; collectives go to rank 0
     # one host speed, timed by rank 0 alone before the sweep, beside every rank's records
     speeds = {json.dumps(r.get("host_speed"), sort_keys=True) for r in records if r["op"] == "add"}
-    assert len(speeds) == 1 and set(json.loads(speeds.pop())) == {"addmm", "add"}
+    assert len(speeds) == 1 and set(json.loads(speeds.pop())) == {"addmm", "copy"}
     assert not any("host_speed" in r for r in records if r["op"] == "all_reduce")
     # each rank timed its shard beside the other rank (the fit prefers alone timings)
     assert {r.get("timed_beside") for r in records} == {1, None}

@@ -59,11 +59,11 @@ def test_drift_command_prints_and_stores_the_probe(planted_results, capsys):
             "--device", "cpu", "--results", str(results), "--threads", "1"]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "addmm" in out and "add " in out and "max/min" in out
+    assert "addmm" in out and "copy " in out and "max/min" in out
     (path,) = (results / key / "drift").glob("*.json")
     record = json.loads(path.read_text())
     assert record["kind"] == "drift" and record["device_key"] == key
-    assert len(record["samples"]) >= 2 and {r["op"] for r in record["summary"]} == {"addmm", "add"}
+    assert len(record["samples"]) >= 2 and {r["op"] for r in record["summary"]} == {"addmm", "copy"}
 
 
 # -- the host's speed beside a fit --------------------------------------------------
@@ -72,24 +72,24 @@ SGD = {"NTENSORS": 14, "NUMEL": 370172}
 LINEAR = {"B": 256, "IN": 100, "OUT": 256, "GRAD_INPUT": 1}
 
 
-def _speed(addmm, add):
-    return HostSpeed({"addmm": addmm, "add": add})
+def _speed(addmm, copy):
+    return HostSpeed({"addmm": addmm, "copy": copy})
 
 
 def test_a_host_speed_sample_is_the_median_round_after_a_warm_up():
     """The clock moves 1 ms per reading, and 5 ms more in two of the three calls
-    of ``add``'s first round: that round's median moves, not the sample."""
+    of ``copy``'s first round: that round's median moves, not the sample."""
     clock, calls = FakeClock(), []
 
-    def add():
+    def copy():
         calls.append(1)
         if len(calls) in (2, 3):  # round 1's first two calls (after the warm-up)
             clock.sleep(5e-3)
 
-    speed = measure_host_speed({"addmm": lambda: None, "add": add}, calls=3, rounds=3,
+    speed = measure_host_speed({"addmm": lambda: None, "copy": copy}, calls=3, rounds=3,
                                clock=clock)
     assert len(calls) == 1 + 3 * 3  # one warm-up call, then 3 rounds of 3 timed
-    assert speed.seconds == {"addmm": pytest.approx(1e-3), "add": pytest.approx(1e-3)}
+    assert speed.seconds == {"addmm": pytest.approx(1e-3), "copy": pytest.approx(1e-3)}
 
 
 def test_the_median_of_host_speeds_is_per_reference_op():
@@ -98,14 +98,28 @@ def test_the_median_of_host_speeds_is_per_reference_op():
     assert HostSpeed.median_of([]) is None
 
 
-@pytest.mark.parametrize("bad", [None, [], {"addmm": 1.0}, {"addmm": 1.0, "add": 0.0},
-                                 {"addmm": 1.0, "add": True}, {"addmm": "1", "add": 1.0},
-                                 {"addmm": 1.0, "add": float("inf")},
-                                 {"addmm": 1.0, "add": 1.0, "x": 1.0}])
+@pytest.mark.parametrize("bad", [None, [], {"addmm": 1.0}, {"addmm": 1.0, "copy": 0.0},
+                                 {"addmm": 1.0, "copy": True}, {"addmm": "1", "copy": 1.0},
+                                 {"addmm": 1.0, "copy": float("inf")},
+                                 {"addmm": 1.0, "copy": 1.0, "x": 1.0},
+                                 {"addmm": 1.0, "add": 1.0, "copy": 1.0}])
 def test_a_bad_host_speed_is_refused_naming_where_it_came_from(bad):
     with pytest.raises(ValueError, match="here.json: host_speed must map"):
         HostSpeed.from_dict(bad, "here.json")
-    assert HostSpeed.from_dict({"addmm": 2, "add": 1e-3}, "x") == _speed(2.0, 1e-3)
+    assert HostSpeed.from_dict({"addmm": 2, "copy": 1e-3}, "x") == _speed(2.0, 1e-3)
+
+
+def test_a_speed_timed_with_the_old_reference_ops_loads_but_moves_no_prediction():
+    """Records and fits stored before the ``copy`` reference keep the 4M-element
+    ``add``: they load, a fit's median prefers current samples, and a drift
+    between the two sets is None (no drift applied) rather than a ratio of
+    different ops."""
+    legacy = HostSpeed.from_dict({"addmm": 2e-3, "add": 1.8e-3}, "old run")
+    assert not legacy.comparable and _speed(2e-3, 7e-3).comparable
+    assert HostDrift.between(_speed(2e-3, 7e-3), legacy, 2e10) is None
+    assert HostDrift.between(legacy, legacy, 2e10) is None
+    assert HostSpeed.median_of([legacy, _speed(1.0, 2.0), legacy]) == _speed(1.0, 2.0)
+    assert HostSpeed.median_of([legacy, legacy]) == legacy
 
 
 @given(st.floats(0.25, 4.0), st.floats(0.25, 4.0), st.floats(1e-7, 10.0),

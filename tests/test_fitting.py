@@ -400,13 +400,13 @@ def test_a_fit_keeps_the_host_speed_of_the_measurements_it_trained_on(tmp_path):
     (re-measured since) and records without a host speed do not count; saved
     and loaded with the fit; a malformed one in an index is named."""
     def with_speed(records, addmm, add):
-        return [{**r, "host_speed": {"addmm": addmm, "add": add}} for r in records]
+        return [{**r, "host_speed": {"addmm": addmm, "copy": add}} for r in records]
 
     old = with_speed(threaded_records(1, "20261101T000000Z-1-aaaa"), 9.0, 9.0)
     new = threaded_records(1, "20261123T000000Z-2-bbbb")
     new = with_speed(new[:10], 2e-3, 1e-3) + with_speed(new[10:14], 4e-3, 3e-3) + new[14:]
     fit = fit_predictors(old + new, SPEC_1T)
-    assert fit.host_speed.seconds == {"addmm": 2e-3, "add": 1e-3}
+    assert fit.host_speed.seconds == {"addmm": 2e-3, "copy": 1e-3}
     assert fit_predictors(threaded_records(1, "r1"), SPEC_1T).host_speed is None
     folder = save_fit(fit, ResultStore(tmp_path, SPEC.key), "f1", ["r"])
     assert load_fit(folder).host_speed == fit.host_speed

@@ -47,7 +47,7 @@ def planted_fit(planted_results):
     cases = [c for c in linear.cases("quick") if c.direction == "forward"][:8]
     records += [{"kind": "measurement", "op": "linear", "direction": "forward",
                  "dtype": "float32", "config": c.params, "replicate": r, "run_id": "planted",
-                 "env": {"threads": 1}, "host_speed": {"addmm": 2e-3, "add": 1e-3},
+                 "env": {"threads": 1}, "host_speed": {"addmm": 2e-3, "copy": 1e-3},
                  "measurement": {
                      "median_s": 5e-6 + linear.flops(c.params, "forward") / 1e9}}
                 for c in cases for r in (0, 1)]
