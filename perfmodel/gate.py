@@ -288,7 +288,10 @@ def baseline_errors(records: Iterable[Mapping], profile: str, last_runs: int) ->
     ``profile`` (store records, see :meth:`perfmodel.store.ResultStore.load`; one
     record per run: the last). Records with a planted bias are left out, and so are
     workloads with fewer runs (a multi-rank workload run once would get a spread of
-    zero). ValueError when no workload has ``last_runs`` runs."""
+    zero). A record's predicted time is the one the drift check compares: at the
+    fit's host speed where it has one (``predicted_fit_speed_s``, multi-rank runs;
+    see :attr:`perfmodel.e2e.E2EResult.model_predicted_s`). ValueError when no
+    workload has ``last_runs`` runs."""
     by_workload: dict[str, dict[str, Mapping]] = {}
     for r in records:
         if r.get("kind") == "e2e" and r.get("profile") == profile and not r.get("bias"):
@@ -303,7 +306,9 @@ def baseline_errors(records: Iterable[Mapping], profile: str, last_runs: int) ->
         for r in chosen:
             measured = r["measured_s"]
             out.errors.setdefault(workload, []).append((r["predicted_s"] - measured) / measured)
-            out.predicted_s.setdefault(workload, []).append(r["predicted_s"])
+            at_fit_speed = r.get("predicted_fit_speed_s")
+            out.predicted_s.setdefault(workload, []).append(
+                r["predicted_s"] if at_fit_speed is None else at_fit_speed)
             out.fits.setdefault(workload, set()).add(r.get("fit_data"))
         if all(r.get("traced_gaps_s") is not None for r in chosen):
             out.overhead_s[workload] = [

@@ -337,6 +337,25 @@ def test_baseline_errors_take_the_newest_runs_of_a_profile_without_bias():
     assert set(chosen.errors) == {"w"}
 
 
+def test_a_multi_rank_baseline_keeps_the_predictions_at_the_fits_host_speed():
+    """The drift check compares a run's prediction at the fit's host speed
+    (``model_predicted_s``), so the baseline built from stored runs keeps those;
+    the errors stay those of the predictions moved by the host's drift."""
+    from perfmodel.gate import baseline_errors
+
+    def rec(run, at_fit_speed):
+        return {"kind": "e2e", "run_id": run, "profile": "quick", "workload": "w@2",
+                "measured_s": 0.1, "predicted_s": 0.095, "bias": {},
+                "predicted_fit_speed_s": at_fit_speed}
+
+    records = [rec("20260101T000000Z-a", 0.1), rec("20260102T000000Z-b", 0.102),
+               {**rec("20260103T000000Z-c", None), "workload": "w"}]
+    chosen = baseline_errors(records, "quick", last_runs=2)
+    assert chosen.predicted_s == {"w@2": [0.1, 0.102]}
+    assert chosen.errors == {"w@2": [pytest.approx(-0.05), pytest.approx(-0.05)]}
+    assert baseline_errors(records, "quick", last_runs=1).predicted_s["w"] == [0.095]
+
+
 def test_baseline_errors_keep_overhead_pairs_only_when_every_run_has_them():
     from perfmodel.gate import baseline_errors
 

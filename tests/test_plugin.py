@@ -212,7 +212,7 @@ def test_markers_select_and_accuracy_reads_stored_data(pytester, planted_results
     assert {"device_key", "threads", "torch", "fbgemm", "commit"} <= set(lines[1]["env"])
     # the host's speed beside each record (one sample: the session is under a minute)
     speeds = {json.dumps(line["host_speed"], sort_keys=True) for line in lines[1:]}
-    assert len(speeds) == 1 and set(lines[1]["host_speed"]) == {"addmm", "add"}
+    assert len(speeds) == 1 and set(lines[1]["host_speed"]) == {"addmm", "copy"}
     assert {line["timed_beside"] for line in lines[1:]} == {0}  # one process: alone
 
     # A corrupt file beside the good run: reported by path, the rest still loads.

@@ -113,8 +113,8 @@ def test_a_bad_timed_beside_skips_its_record_naming_the_line(store, beside):
 
 
 def test_a_bad_host_speed_skips_its_record_naming_the_line(store):
-    good = {**record(), "host_speed": {"addmm": 3e-3, "add": 1.5e-3}}
-    bad = {**record(), "host_speed": {"addmm": -1.0, "add": 1.5e-3}}
+    good = {**record(), "host_speed": {"addmm": 3e-3, "copy": 1.5e-3}}
+    bad = {**record(), "host_speed": {"addmm": -1.0, "copy": 1.5e-3}}
     path = _write(store, "speed.jsonl",
                   "\n".join([_header(), json.dumps(good), json.dumps(bad)]) + "\n")
     loaded = store.load()
