@@ -55,6 +55,7 @@ import sys
 import tempfile
 import time
 import traceback
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -117,6 +118,20 @@ def require_fit(store, threads: int, profile: str = "quick"):
         raise MultirankError(missing_fit_message(store.dir, threads, profile,
                                                  "only collective predictors in the fit"))
     return fit
+
+
+def drift_unavailable(fit, threads: int, profile: str = "quick") -> str | None:
+    """Why the ranks' predictions cannot follow the host's drift since ``fit``
+    (its records carry no host speed, or one timed with reference ops older than
+    :data:`perfmodel.drift.REFERENCE`), with the command that refits; None when
+    they can."""
+    if fit.host_speed is not None and fit.host_speed.comparable:
+        return None
+    why = ("records no host speed" if fit.host_speed is None else
+           f"timed the host's speed with older reference ops ({', '.join(fit.host_speed.seconds)})")
+    return (f"the {threads}-thread fit {why}, so its predictions do not follow the host's "
+            f"drift; refit: pytest suites/ -m 'microbench and not collective' "
+            f"--perfmodel-profile {profile} --perfmodel-threads {threads}")
 
 
 @dataclass
@@ -300,8 +315,11 @@ def run_multirank(workload: str, world_size: int, results_root: Path, device_key
 
     cfg = get_multirank_workload(workload)
     cores = cores or usable_cpus()
-    require_fit(ResultStore(Path(results_root), device_key), rank_threads(world_size, cores),
-                profile)
+    threads = rank_threads(world_size, cores)
+    fit = require_fit(ResultStore(Path(results_root), device_key), threads, profile)
+    note = drift_unavailable(fit, threads, profile)
+    if note:
+        warnings.warn(f"{cfg.name}@{world_size}: {note}", stacklevel=2)
     with tempfile.TemporaryDirectory(prefix="perfmodel-multirank-") as tmp:
         out = Path(tmp) / "result.json"
         cmd = [mpiexec_path(), "-n", str(world_size), sys.executable, "-m", "perfmodel.multirank",

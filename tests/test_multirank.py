@@ -138,6 +138,22 @@ def test_a_terminated_rank_writes_its_stack_first():
     assert "thread" in stderr and "in stuck_in_a_collective" in stderr
 
 
+def test_a_fit_without_a_comparable_host_speed_is_named_with_the_refit_command():
+    from types import SimpleNamespace
+
+    from perfmodel.drift import HostSpeed
+    from perfmodel.multirank import drift_unavailable
+
+    def fit(speed):
+        return SimpleNamespace(host_speed=speed)
+
+    assert drift_unavailable(fit(HostSpeed({"addmm": 1e-3, "copy": 7e-3})), 1) is None
+    legacy = drift_unavailable(fit(HostSpeed({"addmm": 1e-3, "add": 2e-3})), 1)
+    assert "older reference ops (addmm, add)" in legacy
+    assert "--perfmodel-profile quick --perfmodel-threads 1" in legacy
+    assert "records no host speed" in drift_unavailable(fit(None), 2, "smoke")
+
+
 def test_unknown_workload_is_refused_before_starting_ranks(tmp_path):
     with pytest.raises(ValueError, match="unknown multi-rank workload 'nope'"):
         run_multirank("nope", 2, tmp_path, "k", BANDWIDTH)
