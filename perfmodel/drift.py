@@ -7,10 +7,10 @@ minutes apart see different hosts. :func:`probe` times two reference ops, a
 512x512x512 fp32 ``addmm`` (compute) and a 16M-element fp32 ``copy`` (memory:
 2 x 64 MiB into a preallocated tensor, beyond the last-level cache of the CPUs
 this project runs on), built from their op definitions, every ``interval_s``
-for ``seconds``: each
-sample is the median of ``calls`` calls. :func:`summarise` gives per op the
-min, median and max sample, max/min, and the GMAE of the samples against their
-median: the error a perfect predictor, fitted at one moment, shows at another.
+for ``seconds``: each sample is the median of ``calls`` calls. :func:`summarise`
+gives per op the min, median and max sample, max/min, and the GMAE of the
+samples against their median: the error a perfect predictor, fitted at one
+moment, shows at another.
 
 The same reference ops put a figure on that move where a prediction needs it.
 A microbench session stores the host's speed (:class:`HostSpeed`, timed alone:
