@@ -41,10 +41,10 @@ from perfmodel.metrics import gmae
 #: memory: 6.96-7.46 ms in six fresh processes.
 REFERENCE = {"addmm": ("addmm", {"M": 512, "N": 512, "K": 512}),
              "copy": ("copy", {"ELEMS": 1 << 24})}
-#: Reference sets of earlier versions, readable in stored records and fits but
+#: The reference set before 2026-11-26, readable in stored records and fits but
 #: not comparable with :data:`REFERENCE` (:meth:`HostSpeed.comparable`).
-LEGACY_REFERENCES = ({"addmm": ("addmm", {"M": 512, "N": 512, "K": 512}),
-                      "add": ("add", {"ROWS": 2048, "COLS": 2048})},)
+LEGACY_REFERENCE = {"addmm": ("addmm", {"M": 512, "N": 512, "K": 512}),
+                    "add": ("add", {"ROWS": 2048, "COLS": 2048})}
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ class HostSpeed:
     """The host's speed at one moment: median seconds per call of each
     :data:`REFERENCE` op (``addmm``: compute, ``copy``: memory), at the torch
     thread count of the process that measured it. One read from a record of an
-    earlier version may hold a :data:`LEGACY_REFERENCES` set instead.
+    earlier version may hold the :data:`LEGACY_REFERENCE` set instead.
 
     A microbench session stores its latest sample in every measurement record
     (``host_speed``) and a fit keeps the median over the records it was trained
@@ -172,15 +172,15 @@ class HostSpeed:
     @property
     def comparable(self) -> bool:
         """Whether this speed was taken with the current :data:`REFERENCE` ops
-        (False for a :data:`LEGACY_REFERENCES` set)."""
+        (False for the :data:`LEGACY_REFERENCE` set)."""
         return set(self.seconds) == set(REFERENCE)
 
     @classmethod
     def from_dict(cls, data: object, where: str) -> "HostSpeed":
-        """Read :meth:`to_dict`'s form (the current reference ops or a legacy
+        """Read :meth:`to_dict`'s form (the current reference ops or the legacy
         set); ValueError naming ``where`` otherwise."""
-        sets = [set(REFERENCE), *(set(r) for r in LEGACY_REFERENCES)]
-        if not isinstance(data, dict) or set(data) not in sets or not all(
+        if not isinstance(data, dict) or set(data) not in (set(REFERENCE),
+                                                           set(LEGACY_REFERENCE)) or not all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1e3
                 for v in data.values()):
             raise ValueError(f"{where}: host_speed must map {sorted(REFERENCE)} to seconds "
@@ -189,17 +189,14 @@ class HostSpeed:
 
     @classmethod
     def median_of(cls, speeds: list["HostSpeed"]) -> "HostSpeed | None":
-        """Per reference op, the median over ``speeds`` taken with one set of
-        reference ops: the current one where any is, else the commonest legacy
-        set (None for none)."""
+        """Per reference op, the median over ``speeds`` taken with the current
+        :data:`REFERENCE` ops where any is, else over all of them (each of the
+        :data:`LEGACY_REFERENCE` set; None for none)."""
         if not speeds:
             return None
-        current = [s for s in speeds if s.comparable]
-        if not current:
-            keys = statistics.mode(tuple(sorted(s.seconds)) for s in speeds)
-            current = [s for s in speeds if tuple(sorted(s.seconds)) == keys]
-        return cls({op: statistics.median(s.seconds[op] for s in current)
-                    for op in current[0].seconds})
+        chosen = [s for s in speeds if s.comparable] or speeds
+        return cls({op: statistics.median(s.seconds[op] for s in chosen)
+                    for op in chosen[0].seconds})
 
 
 def measure_host_speed(runners: dict[str, Callable[[], object]] | None = None,
