@@ -21,10 +21,21 @@ t x (c + (k - c) x s) beside the others, where
 - k (:attr:`Contention.slowdown`, >= 1) is how much slower a pure stream runs
   with every rank streaming at once: a rank's triad bandwidth alone over its
   bandwidth then (:func:`measure_contention`, measured by the ranks of each run);
-- c (:attr:`Contention.compute_slowdown`, >= 1) is the same for compute: a
-  GEMM (:func:`gemm_kernel`) with every rank running it at once, its own small
-  memory share taken out (:func:`compute_slowdown`). About 1 when every rank
-  has cores of its own; it also prices the ranks' host overheads;
+- c (:attr:`Contention.compute_slowdown`, >= 1) is the same for compute:
+  every rank runs the same GEMM calls (:func:`gemm_kernel`) at once, and c is
+  the time until the last rank is done over the time alone
+  (:func:`slowest_rank_slowdown`), with the GEMM's own small memory share taken
+  out (:func:`compute_slowdown`). About 1 when every rank has cores of its
+  own; it also prices the ranks' host overheads. The last rank, as a
+  collective waits for it: ranks that time-share the cores do not get equal
+  shares over tens of ms, so the mean rank is done early. Four one-thread ranks
+  on 2 cores, segments of about 37 ms alone: the mean rank's time was
+  x1.77-2.00 (12 runs), below the x2 that sharing the cores alone costs, and
+  the last rank's x2.06-2.15 (20 runs; x2.11-2.31 with segments of 5-150 ms). A
+  data-parallel MLP step without its gradients' all-reduce (``ddp_mlp`` under
+  ``no_sync``, blocks of 5 steps, the slowest rank's) ran in x2.14-2.16 its
+  time alone there. The mean rate over a phase of fixed length, as for k, gave
+  x1.94-2.16 (probes and 26 runs);
 - s (:func:`memory_share`, 0 to 1) is the share of t the op needs to move its
   bytes at the rank's bandwidth alone: ``op.bytes_moved / (bandwidth x t)``.
 """
@@ -43,6 +54,11 @@ from perfmodel.ops import get_op
 CALLS = 8
 WARMUP_CALLS = 2
 PHASE_S = 0.15
+#: Segments of the GEMM side by side per round, each of about
+#: ``PHASE_S / SEGMENTS`` alone; the round's GEMM slowdown is their median (the
+#: last of four ranks is an outlier-prone figure: the mean over four segments
+#: gave x2.50-2.70 in 3 runs of 12 and x2.11-2.20 in the others).
+SEGMENTS = 4
 #: Rounds of the phases (alone, side by side); each slowdown is the median
 #: over rounds. With one round k ranged 1.03-1.52 over 27 runs on
 #: cpu-amd-epyc-f25m1-2c (median 1.31): a phase that a neighbour's burst hits
@@ -143,6 +159,24 @@ def byte_rate(kernel: Callable[[], object], moved_bytes: int, calls: int = CALLS
     return moved_bytes * done / (clock() - start)
 
 
+def run_seconds(kernel: Callable[[], object], calls: int,
+                clock: Callable[[], float] = time.perf_counter) -> float:
+    """Seconds that ``calls`` back-to-back calls of ``kernel`` take."""
+    start = clock()
+    for _ in range(calls):
+        kernel()
+    return clock() - start
+
+
+def slowest_rank_slowdown(seconds: list[float], alone_s: float) -> float:
+    """How much slower the same work ran on the slowest rank (>= 1): the
+    ranks' ``seconds`` for it side by side, ``alone_s`` (s) for it alone."""
+    if not alone_s > 0.0 or not seconds:
+        raise ValueError(f"need the work's time alone (> 0 s) and the ranks' times, got "
+                         f"{alone_s!r} and {seconds!r}")
+    return max(1.0, max(seconds) / alone_s)
+
+
 def gemm_kernel() -> tuple[Callable[[], object], int]:
     """A float32 ``addmm`` of :data:`GEMM_SHAPE` at this process's torch threads,
     and the bytes it moves (B, the op's ``bytes_moved``)."""
@@ -159,29 +193,40 @@ def measure_contention(world, llc_bytes: int) -> Contention | None:
     """Measure :class:`Contention` on the ranks of ``world`` (a
     :class:`~perfmodel.distributed.World`; every rank calls this together, at
     its own torch threads). Each of :data:`ROUNDS` rounds times the triad
-    (:func:`perfmodel.device.triad_kernel`) and then the GEMM
-    (:func:`gemm_kernel`) on rank 0 alone while the others wait, and then on
-    every rank at once. Returns the figures at rank 0 (k and c the medians over
-    rounds; the bandwidths those of the round of median k), None elsewhere.
-    About 3 seconds."""
+    (:func:`perfmodel.device.triad_kernel`) on rank 0 alone while the others
+    wait, and then on every rank at once (k: rank 0's bandwidth alone over the
+    ranks' mean); then the GEMM (:func:`gemm_kernel`) on rank 0 alone, and
+    :data:`SEGMENTS` segments of the same calls on every rank at once (c: the
+    median over segments of :func:`slowest_rank_slowdown`). Returns the figures at
+    rank 0 (k and c the medians over rounds; the bandwidths those of the round
+    of median k), None elsewhere. About 3 seconds."""
     from perfmodel.device import triad_kernel
 
     triad, triad_bytes = triad_kernel(llc_bytes)
     gemm, gemm_bytes = gemm_kernel()
     rounds, computes = [], []
     for _ in range(ROUNDS):
-        rates = {}
-        for name, kernel, moved in (("triad", triad, triad_bytes), ("gemm", gemm, gemm_bytes)):
-            alone = world.on_rank0_alone(lambda: byte_rate(kernel, moved), f"the {name} alone")
-            rate = byte_rate(kernel, moved)  # every rank at once, from the barrier above
-            world.barrier(f"the {name} side by side")  # an MPI gather spins: none waits in it
-            rates[name] = (alone, world.comm.gather(rate, root=0))
+        alone_Bps = world.on_rank0_alone(lambda: byte_rate(triad, triad_bytes), "the triad alone")
+        rate = byte_rate(triad, triad_bytes)  # every rank at once, from the barrier above
+        world.barrier("the triad side by side")  # an MPI gather spins: none waits in it
+        together = world.comm.gather(rate, root=0)
+        gemm_alone = world.on_rank0_alone(lambda: byte_rate(gemm, gemm_bytes), "the GEMM alone")
+        call_s = None if gemm_alone is None else gemm_bytes / gemm_alone
+        calls = world.comm.bcast(None if call_s is None else
+                                 max(2, round(PHASE_S / SEGMENTS / call_s)), root=0)
+        segments = []
+        for _ in range(SEGMENTS):
+            world.barrier("the GEMM side by side")
+            took = run_seconds(gemm, calls)  # every rank at once, from the barrier above
+            world.barrier("the GEMM side by side, done")  # none spins in the gather
+            segments.append(world.comm.gather(took, root=0))
         if world.rank == 0:
-            (alone_Bps, together), (gemm_alone, gemm_together) = rates["triad"], rates["gemm"]
             k = slowdown_from_rates(alone_Bps, together)
             rounds.append(Contention(k, alone_Bps, statistics.fmean(together), world.size))
-            computes.append(compute_slowdown(slowdown_from_rates(gemm_alone, gemm_together),
-                                             min(0.99, gemm_alone / alone_Bps), k))
+            gemm_slowdown = statistics.median(slowest_rank_slowdown(times, calls * call_s)
+                                              for times in segments)
+            computes.append(compute_slowdown(gemm_slowdown, min(0.99, gemm_alone / alone_Bps),
+                                             k))
     if world.rank != 0:
         return None
     median = sorted(rounds, key=lambda c: c.slowdown)[len(rounds) // 2]

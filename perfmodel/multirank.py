@@ -33,7 +33,7 @@ overlapped with it (:func:`comm_host_share`: 1 at 2 and 4 ranks on 2 cores).
 And when the ranks' threads outnumber the cores (4 one-thread ranks on 2 cores)
 each rank gets only a share of a core: its ops, host work and collectives' CPU
 time run slower by the compute slowdown the ranks measure together (the
-contention's c: 1.97-2.16 there, 1.00-1.10 at 2 ranks; :func:`oversubscription`,
+contention's c: 2.06-2.15 there, 1.00-1.03 at 2 ranks; :func:`oversubscription`,
 2 there, where it was not measured).
 
 Measured time: after warm-up, each of ``repeat`` blocks of ``number``

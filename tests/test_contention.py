@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from perfmodel.contention import (Contention, byte_rate, compute_slowdown, measure_contention,
-                                  memory_share, slowdown_from_rates)
+                                  memory_share, run_seconds, slowdown_from_rates,
+                                  slowest_rank_slowdown)
 from perfmodel.distributed import World, _OneRank
 from perfmodel.graph import Graph, Task
 from perfmodel.ops import get_op
@@ -116,6 +117,30 @@ def test_byte_rate_runs_calls_for_at_least_the_phases_time():
 
     rate = byte_rate(kernel, 100, calls=2, warmup=1, min_s=4.5, clock=lambda: now[0])
     assert rate == 5 * 100 / 5.0  # 2 calls are not 4.5 s: 5 are
+
+
+def test_run_seconds_times_exactly_the_calls():
+    now = [0.0]
+
+    def kernel():
+        now[0] += 0.5
+
+    assert run_seconds(kernel, 3, clock=lambda: now[0]) == 1.5
+
+
+@given(st.lists(seconds, min_size=1, max_size=8), seconds)
+def test_the_compute_slowdown_is_the_slowest_ranks(times, alone):
+    slowdown = slowest_rank_slowdown(times, alone)
+    assert slowdown >= 1.0
+    assert slowdown == pytest.approx(max(1.0, max(times) / alone))
+    # a rank done early (it had a core to itself for a while) does not lower it
+    assert slowest_rank_slowdown([*times, alone / 2], alone) == slowdown
+
+
+@pytest.mark.parametrize("times, alone", [([], 1.0), ([1.0], 0.0), ([1.0], float("nan"))])
+def test_the_slowest_ranks_slowdown_needs_times_and_a_positive_time_alone(times, alone):
+    with pytest.raises(ValueError, match="time alone"):
+        slowest_rank_slowdown(times, alone)
 
 
 def test_one_rank_measures_itself_alone_and_together():
