@@ -31,7 +31,7 @@ t x (c + (k - c) x s) beside the others, where
   shares over tens of ms, so the mean rank is done early. Four one-thread ranks
   on 2 cores, segments of about 37 ms alone: the mean rank's time was
   x1.77-2.00 (12 runs), below the x2 that sharing the cores alone costs, and
-  the last rank's x2.06-2.15 (20 runs; x2.11-2.31 with segments of 5-150 ms). A
+  the last rank's x2.06-2.15 (22 runs; x2.11-2.31 with segments of 5-150 ms). A
   data-parallel MLP step without its gradients' all-reduce (``ddp_mlp`` under
   ``no_sync``, blocks of 5 steps, the slowest rank's) ran in x2.14-2.16 its
   time alone there. The mean rate over a phase of fixed length, as for k, gave
