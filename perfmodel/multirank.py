@@ -29,7 +29,9 @@ for it before starting any rank and raises :class:`MultirankError` naming the
 command to run when there is none (:func:`require_fit`). When the ranks'
 threads leave no core free for gloo's worker threads, a collective's CPU time
 (the ``host_cpu`` predictor) is taken from its rank's compute rather than
-overlapped with it (:func:`comm_host_share`: 1 at 2 and 4 ranks on 2 cores).
+overlapped with it (:func:`comm_host_share`: 1 at 2 ranks on 2 cores); when they
+outnumber the cores, the workers get almost no core while the hosts compute
+(the collective's ``loaded`` time) and take none from them (0 at 4 ranks).
 And when the ranks' threads outnumber the cores (4 one-thread ranks on 2 cores)
 each rank gets only a share of a core: its ops, host work and collectives' CPU
 time run slower by the compute slowdown the ranks measure together (the
@@ -146,15 +148,15 @@ class RanksPrediction:
     no_predictor: dict[str, int]
 
 
-def comm_pricer(fit, loaded: bool = True) -> Callable[[str, dict[str, int]], CommPrice]:
+def comm_pricer(fit) -> Callable[[str, dict[str, int]], CommPrice]:
     """``(op, params) ->`` :class:`~perfmodel.predict.CommPrice` of a collective
     from ``fit``'s communication predictors: its time (a median), the host CPU
     time a rank spends in it (the ``host_cpu`` predictor, a mean per call: with
     a long tail of slow calls it can exceed the median time; None when ``fit``
-    has none, which counts the whole time as CPU) and, with ``loaded``, its time
-    while the ranks compute (the ``loaded`` predictor; None when ``fit`` has
-    none or did not measure it at this world size: a loaded time does not carry
-    over between world sizes, as an idle one does). LookupError naming the
+    has none, which counts the whole time as CPU) and its time while the ranks
+    compute (the ``loaded`` predictor; None when ``fit`` has none or did not
+    measure it at this world size: a loaded time does not carry over between
+    world sizes, as an idle one does). LookupError naming the
     suite to run when the time predictor is missing."""
     def optional(op: str, direction: str, params: dict[str, int],
                  measured_world_only: bool = False) -> float | None:
@@ -176,8 +178,7 @@ def comm_pricer(fit, loaded: bool = True) -> Callable[[str, dict[str, int]], Com
                 f"'microbench and collective'") from None
         wall = max(0.0, float(predictor.predict("float32", [params])[0]))
         return CommPrice(wall, optional(op, HOST_CPU, params),
-                         optional(op, LOADED, params, measured_world_only=True)
-                         if loaded else None)
+                         optional(op, LOADED, params, measured_world_only=True))
 
     return price
 
@@ -191,8 +192,7 @@ def predict_ranks(graphs: list[Graph], fit, table: OverheadTable,
                   bias: dict[str, float] | None = None, keep_timeline: bool = True,
                   cpu_share: float = 1.0, comm_share: float = 0.0,
                   contention: Contention | None = None,
-                  drift: HostDrift | None = None, time_shared: bool = False
-                  ) -> RanksPrediction:
+                  drift: HostDrift | None = None) -> RanksPrediction:
     """Predict one iteration of the ranks whose task graphs are ``graphs``
     (rank order); the predicted time is the slowest rank's. Each op's fitted
     time is first moved by the host's ``drift`` since the fit's measurements
@@ -206,14 +206,8 @@ def predict_ranks(graphs: list[Graph], fit, table: OverheadTable,
     ``comm_share`` of each collective's CPU time is charged to its rank's host
     (see :func:`comm_host_share`). A collective that overlaps its rank's compute
     slows down to its ``loaded`` time, where measured (see
-    :mod:`perfmodel.simulate`), unless the ranks' threads outnumber the cores
-    (``time_shared``). On time-shared cores the host work is already stretched
-    and charged the collectives' CPU time, and a loaded time (every rank
-    computing without pause beside the collective) counts that lost core time a
-    second time: at 4 one-thread ranks on 2 cores, with loaded times,
-    ``ddp_mlp`` and ``dlrm_mp`` were over-predicted by 17-27% (README, Several
-    ranks)."""
-    comm = comm_pricer(fit, loaded=not time_shared)
+    :mod:`perfmodel.simulate`)."""
+    comm = comm_pricer(fit)
 
     def beside(task, fit_s: float) -> float:
         now_s = fit_s if drift is None else drift.seconds(
@@ -250,9 +244,19 @@ def comm_host_share(world_size: int, threads_per_rank: int, cores: int) -> float
     (:func:`perfmodel.simulate.simulate`): the share of the ranks' gloo worker
     threads (one per rank) that find no core left free by the
     ``world_size x threads_per_rank`` compute threads on ``cores`` cores. 1 at
-    2 and 4 one-thread ranks on 2 cores; 0 when every rank's worker has an idle
-    core of its own."""
+    2 one-thread ranks on 2 cores; 0 when every rank's worker has an idle core
+    of its own.
+
+    And 0 when the compute threads outnumber the cores (4 one-thread ranks on
+    2): the workers then wait behind the compute threads for a core at every
+    step, so a collective barely moves while its ranks compute (the 1-thread fit
+    prices a 5.2 MB ``all_reduce`` at 4 ranks at 117 ms loaded, 10.3 ms idle)
+    and takes next to no core time from them; it runs at its idle pace once the
+    hosts wait (its ``loaded`` time, :func:`perfmodel.simulate.progress_end`).
+    Charged at issue as well, the 4-rank workloads came out 6-21% over."""
     busy = world_size * threads_per_rank
+    if busy > cores:
+        return 0.0
     return min(1.0, max(0.0, (busy + world_size - cores) / world_size))
 
 
@@ -480,8 +484,7 @@ def result_record(label: str, graphs: list[Graph], fit, table: OverheadTable,
     comm_share = comm_host_share(len(graphs), threads, cores)
     drift = (HostDrift.between(host_speed, fit.host_speed, bandwidth_B_per_s)
              if host_speed is not None and fit.host_speed is not None else None)
-    common = dict(cpu_share=share, comm_share=comm_share, contention=contention,
-                  time_shared=oversubscribed > 1.0)
+    common = dict(cpu_share=share, comm_share=comm_share, contention=contention)
     shared = predict_ranks(graphs, fit, table, bias, drift=drift, **common)
     own_table = table_from_samples([samples_from_graph(f"{label}.rank{r}", g, bandwidth_B_per_s)
                                     for r, g in enumerate(graphs)], bandwidth_B_per_s)

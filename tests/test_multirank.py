@@ -172,7 +172,8 @@ def test_measured_iteration_is_the_slowest_rank_per_block():
 
 
 def test_collectives_take_host_time_when_no_core_is_left_for_gloo():
-    assert comm_host_share(2, 1, 2) == 1.0 and comm_host_share(4, 1, 2) == 1.0
+    assert comm_host_share(2, 1, 2) == 1.0
+    assert comm_host_share(4, 1, 2) == 0.0 and comm_host_share(3, 1, 2) == 0.0  # time-shared
     assert comm_host_share(2, 1, 4) == 0.0 and comm_host_share(2, 2, 8) == 0.0
     assert comm_host_share(2, 1, 3) == 0.5
 
@@ -338,8 +339,6 @@ def test_collective_cpu_and_loaded_times_are_fitted_and_priced_beside_its_time()
     # measured at 4 ranks only: the idle times carry over to 2 ranks, the loaded one not
     at_two = comm_pricer(report)("all_reduce", {"world_size": 2, "bytes": 2 ** 20})
     assert at_two.wall_s > 0 and at_two.cpu_s > 0 and at_two.loaded_s is None
-    # on time-shared cores the loaded time is left out (the host side prices the sharing)
-    assert comm_pricer(report, loaded=False)("all_reduce", params) == (wall, cpu_s, None)
     del report.predictors[("all_reduce", HOST_CPU)], report.predictors[("all_reduce", LOADED)]
     assert comm_pricer(report)("all_reduce", params)[1:] == (None, None)
 
@@ -365,7 +364,7 @@ class _CommFit:
         return P()
 
 
-def test_loaded_times_are_used_only_where_the_ranks_threads_fit_the_cores():
+def test_a_collective_runs_at_its_loaded_pace_beside_compute_and_idle_after():
     """The collective runs beside 1 ms of compute, then the host waits for it."""
     from perfmodel.graph import Graph, Task
     from perfmodel.multirank import predict_ranks
@@ -384,9 +383,13 @@ def test_loaded_times_are_used_only_where_the_ranks_threads_fit_the_cores():
     # a tenth of the work beside the 1 ms GEMM, the rest at the idle pace, then 1 ms of relu
     assert own_cores.total_s == pytest.approx(2.9e-3)
     shared = predict_ranks([graph(), graph()], _CommFit(), table, cpu_share=2.0,
-                           time_shared=True)
-    # each host op takes 2 ms; the collective its idle 1 ms, done before relu needs it
-    assert shared.total_s == pytest.approx(4e-3)
+                           comm_share=comm_host_share(4, 1, 2))
+    # time-shared: each host op takes 2 ms and nothing of the collective's CPU time; the
+    # collective does a fifth of its work beside the GEMM, the rest (0.8 ms) at the idle pace
+    assert shared.total_s == pytest.approx(4.8e-3)
+    charged = predict_ranks([graph(), graph()], _CommFit(), table, cpu_share=2.0,
+                            comm_share=1.0)
+    assert charged.total_s > shared.total_s
 
 
 def test_the_contention_prices_ops_and_the_cpu_share_the_rest_once():
@@ -405,8 +408,7 @@ def test_the_contention_prices_ops_and_the_cpu_share_the_rest_once():
     assert alone.breakdown_s["gemm"] == pytest.approx(1e-3)
     both = Contention(2.0, BANDWIDTH, BANDWIDTH / 2, 4, compute_slowdown=2.0)
     for contention in (both, None):
-        shared = predict_ranks([graph], _CommFit(), table, cpu_share=2.0, contention=contention,
-                               time_shared=True)
+        shared = predict_ranks([graph], _CommFit(), table, cpu_share=2.0, contention=contention)
         assert shared.breakdown_s["gemm"] == pytest.approx(2e-3)
         assert shared.breakdown_s["unmodelled"] == pytest.approx(
             2 * alone.breakdown_s["unmodelled"])
