@@ -23,7 +23,10 @@ in magnitude than the baseline mean by more than ``min_margin``. A shift that ma
 the prediction better passes. A multi-rank prediction follows the host's speed
 (:class:`perfmodel.drift.HostDrift`); its drift is checked on the prediction at
 the fit's host speed (:attr:`perfmodel.e2e.E2EResult.model_predicted_s`), which
-moves with the model only.
+moves with the model and with the contention the ranks measure in each run
+(:mod:`perfmodel.contention`: a run whose ranks did not slow each other's
+memory priced ``dlrm_mp@2`` 10% lower), so build its baseline over runs of
+several sessions.
 
 The spread is taken over the signed errors because a workload predicted close to
 its measured time has errors of both signs: the spread of their magnitudes would

@@ -33,10 +33,10 @@ overlapped with it (:func:`comm_host_share`: 1 at 2 ranks on 2 cores); when they
 outnumber the cores, the workers get almost no core while the hosts compute
 (the collective's ``loaded`` time) and take none from them (0 at 4 ranks).
 And when the ranks' threads outnumber the cores (4 one-thread ranks on 2 cores)
-each rank gets only a share of a core: its ops, host work and collectives' CPU
-time run slower by the compute slowdown the ranks measure together (the
-contention's c: 2.06-2.15 there, 1.00-1.03 at 2 ranks; :func:`oversubscription`,
-2 there, where it was not measured).
+each rank gets only a share of a core: its ops and host work run slower by the
+compute slowdown the ranks measure together (the contention's c: 2.06-2.15
+there, 1.00-1.03 at 2 ranks; :func:`oversubscription`, 2 there, where it was
+not measured).
 
 Measured time: after warm-up, each of ``repeat`` blocks of ``number``
 iterations starts at a ``torch.distributed`` barrier (gloo's, which blocks
@@ -251,9 +251,10 @@ def comm_host_share(world_size: int, threads_per_rank: int, cores: int) -> float
     2): the workers then wait behind the compute threads for a core at every
     step, so a collective barely moves while its ranks compute (the 1-thread fit
     prices a 5.2 MB ``all_reduce`` at 4 ranks at 117 ms loaded, 10.3 ms idle)
-    and takes next to no core time from them; it runs at its idle pace once the
-    hosts wait (its ``loaded`` time, :func:`perfmodel.simulate.progress_end`).
-    Charged at issue as well, the 4-rank workloads came out 6-21% over."""
+    and takes next to no core time from them. It runs at its ``loaded`` pace
+    while they compute and at its idle pace once they wait
+    (:func:`perfmodel.simulate.progress_end`). Charged at issue as well, the
+    4-rank workloads came out 6-21% over."""
     busy = world_size * threads_per_rank
     if busy > cores:
         return 0.0
