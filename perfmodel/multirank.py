@@ -480,8 +480,8 @@ def result_record(label: str, graphs: list[Graph], fit, table: OverheadTable,
     ``host_speed`` and the drift from the fit's (None: either not measured), and
     the prediction at the fit's host speed (``predicted_fit_speed_s``)."""
     measured, rank_medians = timing
-    oversubscribed = oversubscription(len(graphs), threads, cores)
-    share = oversubscribed if contention is None else contention.compute_slowdown
+    share = (oversubscription(len(graphs), threads, cores) if contention is None
+             else contention.compute_slowdown)
     comm_share = comm_host_share(len(graphs), threads, cores)
     drift = (HostDrift.between(host_speed, fit.host_speed, bandwidth_B_per_s)
              if host_speed is not None and fit.host_speed is not None else None)

@@ -399,8 +399,8 @@ def test_a_fit_keeps_the_host_speed_of_the_measurements_it_trained_on(tmp_path):
     """The median over the newest measurement of each config; an older run
     (re-measured since) and records without a host speed do not count; saved
     and loaded with the fit; a malformed one in an index is named."""
-    def with_speed(records, addmm, add):
-        return [{**r, "host_speed": {"addmm": addmm, "copy": add}} for r in records]
+    def with_speed(records, addmm, copy):
+        return [{**r, "host_speed": {"addmm": addmm, "copy": copy}} for r in records]
 
     old = with_speed(threaded_records(1, "20261101T000000Z-1-aaaa"), 9.0, 9.0)
     new = threaded_records(1, "20261123T000000Z-2-bbbb")
