@@ -27,11 +27,11 @@ def _baseline(args: argparse.Namespace) -> int:
     for problem in loaded.problems:
         print(f"warning: skipped {problem}", file=sys.stderr)
     chosen = baseline_errors(loaded.records, args.profile, args.last)
-    runs = {r["workload"] for r in loaded.records
-            if r.get("kind") == "e2e" and r.get("profile") == args.profile}
-    for workload in sorted(runs - set(chosen.errors)):
+    usable = [r for r in loaded.records
+              if r.get("kind") == "e2e" and r.get("profile") == args.profile and not r.get("bias")]
+    for workload in sorted({r["workload"] for r in usable} - set(chosen.errors)):
         print(f"left out {workload}: fewer than {args.last} runs", file=sys.stderr)
-    env = max(loaded.records, key=lambda r: str(r.get("run_id")))["env"]
+    env = max(usable, key=lambda r: str(r.get("run_id")))["env"]  # the newest chosen run's
     fit_data = {w: _baseline_fit_data(w, fits, store, spec.threads)
                 for w, fits in chosen.fits.items()}
     path = store.baseline_path(args.profile)
@@ -259,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     baseline.set_defaults(func=_baseline)
     drift = sub.add_parser(
         "drift", help="how far this host's speed moves over time (the floor under accuracy)",
-        description="Time two reference ops (a 512^3 fp32 addmm and a 4M-element add) every "
+        description="Time two reference ops (a 512^3 fp32 addmm and a 16M-element fp32 copy) every "
                     "INTERVAL seconds for SECONDS, each sample the median of CALLS calls; print "
                     "per op the min, median and max sample, max/min and the GMAE of the samples "
                     "against their median, and write them to "

@@ -309,7 +309,7 @@ class CommRegressor(_PlainDataRegressor):
     @classmethod
     def _check_params(cls, params: dict[str, Any]) -> dict[str, Any]:
         if params["curve"] not in CURVES:
-            raise ValueError(f"params.curve must be one of {CURVES}")
+            raise ValueError(f"params.curve must be one of {CURVES}, got {params['curve']!r}")
         return {"curve": params["curve"]}
 
     def _check_learned_state(self) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -208,13 +209,16 @@ def trace_workload(name: str, step: Callable[[], object], results_dir: Path, dev
     its overhead samples as workload ``name``'s contribution to the table: this
     trace's gaps, and the unmodelled-node samples of its last
     :data:`~perfmodel.overheads.LEAF_TRACES` traces (an unreadable earlier file is
-    replaced)."""
+    kept beside it as ``<name>.json.unreadable``, with a warning)."""
     graph = capture_graph(step, traces_dir(results_dir), name, device)
     path = overheads_dir(results_dir) / f"{name}.json"
     try:
         earlier = load_samples(path) if path.is_file() else None
-    except ValueError:
+    except ValueError as exc:
         earlier = None
+        kept = path.with_name(path.name + ".unreadable")
+        path.replace(kept)
+        warnings.warn(f"{exc}; kept as {kept}, starting {name}'s samples afresh", stacklevel=2)
     save_samples(path, with_earlier_leaves(samples_from_graph(name, graph, bandwidth_B_per_s),
                                            earlier))
     return graph
@@ -276,8 +280,9 @@ def measure_profile(step: Callable[[], object], items: int, device: str,
 
 def time_prediction(graph: Graph, fit, table: OverheadTable, tasks: int = 10_000,
                     on_device: bool = False) -> tuple[int, float]:
-    """Seconds to predict a graph of at least ``tasks`` tasks (``graph``'s tasks
-    repeated), batched predictor calls and simulation included; and its size."""
+    """The size of a graph of at least ``tasks`` tasks (``graph``'s tasks
+    repeated) and the seconds to predict it, batched predictor calls and
+    simulation included."""
     if not graph.tasks:
         raise ValueError("cannot time the prediction of an empty graph")
     copies = -(-tasks // len(graph.tasks))
@@ -330,11 +335,13 @@ def predict_model(model: Any, batch: Any, loss_fn: Callable[[Any, Any], Any], op
     spec = detect_device(device, Path(results), threads=threads)
     torch_device = "cpu" if spec.kind == "cpu" else f"cuda:{spec.index or 0}"
     store = ResultStore(Path(results), spec.key)
-    fit, _ = load_latest_fit(store, threads=spec.threads)
+    fit, problems = load_latest_fit(store, threads=spec.threads)
     if fit is None:
         raise LookupError(f"no fitted predictors under {store.dir}; run "
                           f"`pytest suites/ -m microbench` first")
-    table, _ = shared_table(store.dir, spec.mem_bandwidth_Bps)
+    table, table_problems = shared_table(store.dir, spec.mem_bandwidth_Bps)
+    for problem in problems + table_problems:
+        warnings.warn(f"skipped: {problem}", stacklevel=2)
     return predict_step(training_step(model, batch, loss_fn, optimizer),
                         items if items is not None else batch_items(batch), name, fit, table,
                         torch_device, spec.mem_bandwidth_Bps, measure)

@@ -4,7 +4,8 @@ For every (op, direction) the candidates are scored by k-fold cross-validation
 over the *configs* (both replicates of a config fall in the same fold: held out
 means unseen, and every config is held out once) and on an extrapolation split
 (train on the smaller problems, test on the largest). The one with the lowest
-mean of the two held-out GMAEs is kept and refitted on every config. The report
+random-split GMAE is kept (ties within :data:`SELECTION_TIE` go to the lowest
+extrapolation GMAE; :func:`choose_kind`) and refitted on every config. The report
 also gives the noise floor: the GMAE between two independent measurements of
 the same configs.
 """

@@ -26,10 +26,14 @@ class Forecast:
     #: op.direction -> (calls, largest ratio) beyond the fitted configs
     #: (:func:`perfmodel.predict.beyond_fit`; None: the fit does not say)
     beyond_fit: dict[str, tuple[int, float]] | None = None
+    #: Stored files passed over on the way (a newer fit or an overhead samples
+    #: file that could not be read), one line each naming the file.
+    problems: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         """Predicted time, breakdown by category and region (ms and share),
-        the largest unmodelled nodes, and the measured time and error."""
+        the largest unmodelled nodes, the measured time and error, and the
+        stored files passed over."""
         total = self.predicted_s
         out = [f"{self.name} on {self.device_key}: predicted {total * 1e3:.2f} ms"]
         for title, parts in (("breakdown", self.breakdown_s), ("regions", self.regions_s)):
@@ -53,12 +57,13 @@ class Forecast:
             error = (total - m.median_s) / m.median_s
             out.append(f"  measured {m.median_s * 1e3:.2f} ms (sd {m.sd_s * 1e3:.2f}, "
                        f"{m.repeat} x {m.number} iterations), error {error:+.1%}")
+        out += [f"  skipped: {problem}" for problem in self.problems]
         return out
 
 
 def _device_and_fit(results_root: Path, device: str | None, threads: int | None):
-    """(DeviceSpec, torch device, fit, shared overhead table); ValueError when
-    no fit is stored."""
+    """(DeviceSpec, torch device, fit, shared overhead table, problems: the
+    stored files passed over); ValueError when no fit is stored."""
     from perfmodel.device import detect_device
     from perfmodel.e2e import shared_table
     from perfmodel.fitting import load_latest_fit
@@ -71,9 +76,9 @@ def _device_and_fit(results_root: Path, device: str | None, threads: int | None)
         why = f" ({problems[0]})" if problems else ""
         raise ValueError(f"no fitted predictors under {store.predictors_dir}{why}; run "
                          f"`pytest suites/ -m microbench` first")
-    table, _ = shared_table(store.dir, spec.mem_bandwidth_Bps)
+    table, table_problems = shared_table(store.dir, spec.mem_bandwidth_Bps)
     torch_device = "cpu" if spec.kind == "cpu" else f"cuda:{spec.index or 0}"
-    return spec, torch_device, fit, table
+    return spec, torch_device, fit, table, problems + table_problems
 
 
 def forecast_workload(name: str, results_root: Path, device: str | None = None,
@@ -85,13 +90,13 @@ def forecast_workload(name: str, results_root: Path, device: str | None = None,
     from perfmodel.workloads import build_workload, get_workload
 
     get_workload(name)  # an unknown name fails before the device is detected
-    spec, torch_device, fit, table = _device_and_fit(results_root, device, threads)
+    spec, torch_device, fit, table, problems = _device_and_fit(results_root, device, threads)
     step = build_workload(name, torch_device, seed=seed, size=size)
     result = predict_step(step.step, step.items, name, fit, table, torch_device,
                           spec.mem_bandwidth_Bps, measure)
     return Forecast(name, spec.key, result.predicted_s, result.breakdown_s, result.regions_s,
                     result.unmodelled, result.traced_s, result.measured if measure else None,
-                    result.beyond_fit)
+                    result.beyond_fit, problems)
 
 
 def forecast_trace(et: Path, kineto: Path | None, calibration: Path | None,
@@ -106,10 +111,10 @@ def forecast_trace(et: Path, kineto: Path | None, calibration: Path | None,
     for path in (et, kineto, calibration):
         if path is not None and not path.is_file():
             raise ValueError(f"trace file {path} does not exist")
-    spec, torch_device, fit, table = _device_and_fit(results_root, device, threads)
+    spec, torch_device, fit, table, problems = _device_and_fit(results_root, device, threads)
     graph = build_graph(load_trace(et, kineto, calibration))  # TraceError is a ValueError
     pred = predict_graph(graph, fit, table, torch_device.startswith("cuda"))
     name = et.name.removesuffix(".json").removesuffix(".et")
     return Forecast(name, spec.key, pred.total_s, pred.breakdown_s,
                     dict(sorted(pred.sim.regions_s.items())), pred.unmodelled, graph.measured_s,
-                    beyond_fit=pred.beyond_fit)
+                    beyond_fit=pred.beyond_fit, problems=problems)

@@ -126,13 +126,16 @@ def node_dtype(node: TraceNode) -> str | None:
 
 
 def _tensor_types(typ: str) -> list[str]:
+    """The element types inside ``Tensor(...)`` in an ET input type string
+    (``"GenericList[Tensor(float),Tensor(long)]"``: float, long); an unclosed
+    ``Tensor(`` ends the list."""
     out = []
     start = 0
     while True:
         i = typ.find("Tensor(", start)
-        if i < 0:
+        j = typ.find(")", i) if i >= 0 else -1
+        if j < 0:
             return out
-        j = typ.find(")", i)
         out.append(typ[i + len("Tensor("):j])
         start = j + 1
 

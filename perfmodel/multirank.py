@@ -494,10 +494,10 @@ def result_record(label: str, graphs: list[Graph], fit, table: OverheadTable,
         graphs, fit, table, bias, keep_timeline=False, **common)
     unmodelled: dict[str, list] = {}
     for graph in graphs:
-        for name, count, share in graph.unmodelled():
+        for name, count, time_share in graph.unmodelled():
             row = unmodelled.setdefault(name, [name, 0, 0.0])
             row[1] += count
-            row[2] += (share or 0.0) / len(graphs)
+            row[2] += (time_share or 0.0) / len(graphs)
     traced = [g.measured_s for g in graphs if g.measured_s is not None]
     return {
         "workload": label, "world_size": len(graphs), "threads_per_rank": threads,

@@ -20,9 +20,10 @@ a factor of two, otherwise ``b = 1 / bandwidth`` and ``a`` the median of
 ``duration - bytes·b``; both are floored at 0. A name never traced gets the
 median ``a`` of all names and ``1 / bandwidth``.
 
-One table per device, written to ``results/<device-key>/overheads.json``,
-pools the samples of several workloads (``OverheadSamples``, one file per
-workload under ``results/<device-key>/overheads/``), so that no workload's
+One table per device, built in memory when a prediction needs it
+(:func:`perfmodel.e2e.shared_table`), pools the samples of several workloads
+(``OverheadSamples``, one file per workload under
+``results/<device-key>/overheads/``), so that no workload's
 prediction is tuned to itself. A workload's file holds the gaps of its latest
 trace and the unmodelled-node samples of its last :data:`LEAF_TRACES` traces
 (:func:`with_earlier_leaves`). :func:`table_from_samples` also builds the
@@ -252,10 +253,3 @@ def load_all_samples(directory: Path) -> tuple[list[OverheadSamples], list[str]]
             problems.append(str(exc))
     return samples, problems
 
-
-def table_record(table: OverheadTable, device_key: str) -> dict:
-    """The JSON form of ``table`` (``overheads.json``)."""
-    return {"schema": OVERHEADS_SCHEMA, "device_key": device_key,
-            "workloads": list(table.workloads), "bandwidth_B_per_s": table.bandwidth_B_per_s,
-            "leaf_default_s": table.leaf_default_s, "gaps": table.gaps,
-            "leaf": {k: list(v) for k, v in table.leaf.items()}}

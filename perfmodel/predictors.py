@@ -1,6 +1,6 @@
 """Per-op performance predictors and their plain-data persistence.
 
-Both predictors follow scikit-learn's estimator contract: ``__init__`` only
+Every predictor here follows scikit-learn's estimator contract: ``__init__`` only
 stores parameters, ``fit(X, y)`` returns ``self``, learned attributes end in
 ``_`` and ``predict(X)`` returns times in seconds (always finite and > 0).
 ``y`` is a measured time in seconds; values <= 0 (which only arise from bad
@@ -32,6 +32,8 @@ from perfmodel.plaindata import write_bytes_atomic
 __all__ = [
     "MIN_SECONDS",
     "PREDICTOR_TYPES",
+    "EfficiencyRegressor",
+    "EmbeddingLookupRegressor",
     "RooflineRegressor",
     "ShapeRegressor",
     "export_tree_ensemble",

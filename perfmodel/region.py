@@ -57,28 +57,30 @@ def recording() -> Iterator[None]:
 class Region:
     """One region scope; use :func:`region` to make one."""
 
-    __slots__ = ("name", "_scope")
+    __slots__ = ("name", "_scopes")
 
     def __init__(self, name: str):
         if not isinstance(name, str) or not name:
             raise ValueError(f"a region name must be a non-empty string, got {name!r}")
         self.name = name
-        self._scope = None
+        self._scopes: list = []  # one per open use (None: not recording): re-entrant
 
     def __enter__(self) -> Region:
         global _profiler
         if _profiler is None:
             _profiler = sys.modules.get("torch.autograd.profiler")
+        scope = None
         if _forced or (_profiler is not None and _profiler._is_profiler_enabled):
             from torch.profiler import record_function
 
-            self._scope = record_function(PREFIX + self.name)
-            self._scope.__enter__()
+            scope = record_function(PREFIX + self.name)
+            scope.__enter__()
+        self._scopes.append(scope)
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._scope is not None:
-            scope, self._scope = self._scope, None
+        scope = self._scopes.pop()
+        if scope is not None:
             scope.__exit__(*exc)
 
     def __call__(self, fn: F) -> F:

@@ -4,8 +4,8 @@ Example::
 
     [tool.perfmodel]
     default_gmae_threshold = 0.15   # fraction; an accuracy item fails above it
-    smoke_gmae_threshold = 1.5      # the smoke profile's few tiny configs: catches a broken fit
-    e2e_spread_k = 3.0              # gate: allowed = baseline mean + max(k * spread, min margin)
+    smoke_gmae_threshold = 5.0      # the smoke profile's few tiny configs: catches a broken fit
+    e2e_spread_k = 4.0              # gate: allowed = |baseline mean| + max(k * spread, min margin)
     e2e_min_margin = 0.01           # fraction (1 percentage point): the least allowed growth
     baseline_runs = 5               # runs of each E2E workload --perfmodel-save-baseline records
 

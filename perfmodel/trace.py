@@ -27,6 +27,7 @@ file can execute code.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,7 +168,9 @@ class Trace:
             except (TypeError, ValueError):
                 continue
             for group in groups if isinstance(groups, list) else []:
-                size = group.get("group_size") if isinstance(group, dict) else None
+                if not isinstance(group, dict):
+                    continue
+                size = group.get("group_size")
                 if group.get("pg_name") == "0" and isinstance(size, int) and size >= 1:
                     return size
         return None
@@ -264,17 +267,37 @@ def capture_trace(step: Callable[[], object], out_dir: Path, name: str, iteratio
                   warmup: int = 3, device: str = "cpu") -> TraceFiles:
     """Run ``step`` ``warmup`` times, once under the execution-trace observer,
     then ``iterations`` times under the Kineto profiler, and measure the
-    profiler's cost per op; write the three files under ``out_dir``."""
-    import torch
-    from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, record_function
-
-    from perfmodel.region import recording
+    profiler's cost per op; write the three files under ``out_dir``. They are
+    written in a temporary folder beside them and moved into place together at
+    the end, so a capture that dies midway leaves the earlier three as they were."""
+    import shutil
+    import tempfile
 
     if iterations < 1:
         raise ValueError(f"iterations must be >= 1, got {iterations}")
     out_dir.mkdir(parents=True, exist_ok=True)
     files = TraceFiles(out_dir / f"{name}.et.json", out_dir / f"{name}.kineto.json",
                        out_dir / f"{name}.calibration.json")
+    scratch = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=out_dir))
+    try:
+        paths = (files.et, files.kineto, files.calibration)
+        _capture_into(step, TraceFiles(*(scratch / path.name for path in paths)), iterations,
+                      warmup, device)
+        for path in paths:
+            os.replace(scratch / path.name, path)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return files
+
+
+def _capture_into(step: Callable[[], object], files: TraceFiles, iterations: int, warmup: int,
+                  device: str) -> None:
+    """The work of :func:`capture_trace`, writing ``files``."""
+    import torch
+    from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, record_function
+
+    from perfmodel.region import recording
+
     sync = (lambda: torch.cuda.synchronize(device)) if device.startswith("cuda") else (lambda: None)
     for _ in range(warmup):
         step()
@@ -303,13 +326,12 @@ def capture_trace(step: Callable[[], object], out_dir: Path, name: str, iteratio
     if device.startswith("cuda"):
         calibration[LAUNCH_CALIBRATION] = profiler_overhead_per_launch(device)
     write_json_atomic(files.calibration, calibration)
-    return files
 
 
 def profiler_overhead_per_op(ops: int = 2000, repeats: int = 5) -> float:
-    """The Kineto profiler's added cost per recorded CPU op (s): the median
-    time of ``ops`` tiny ``torch.add`` calls profiled, minus unprofiled, per op
-    (the smaller of ``repeats`` tries each)."""
+    """The Kineto profiler's added cost per recorded CPU op (s): the time of
+    ``ops`` tiny ``torch.add`` calls profiled minus unprofiled, per op (each the
+    fastest of ``repeats`` tries)."""
     import time
 
     import torch
@@ -613,7 +635,7 @@ def _attach_timings(path: Path, trace: Trace) -> bool:
     for e, node in pairs:
         node.ts_s = (e["ts"] - origin) * 1e-6
         node.dur_s = e["dur"] * 1e-6
-    _attach_kernels(spans, pairs, origin)
+    _attach_kernels(path, spans, pairs, origin)
     trace.host_waits = sorted(((e["ts"] - origin) * 1e-6, (e["ts"] + e["dur"] - origin) * 1e-6)
                               for e in spans if e.get("cat") in ("cuda_runtime", "cuda_driver")
                               and e.get("name") in HOST_WAIT_CALLS)
@@ -636,11 +658,12 @@ def _align(iteration: TraceNode, mark: dict, cpu: list[dict]) -> list[tuple[dict
     return pairs
 
 
-def _attach_kernels(spans: list[dict], cpu_spans: list[tuple[dict, TraceNode]],
+def _attach_kernels(path: Path, spans: list[dict], cpu_spans: list[tuple[dict, TraceNode]],
                     origin: float) -> None:
     """CUDA path: each kernel is tied to its runtime launch by ``correlation``;
     the launch is tied to the innermost CPU op on the same thread that encloses
-    it in time."""
+    it in time. :class:`TraceError` naming ``path`` for a kernel whose stream
+    is not an integer."""
     launches = {}
     for e in spans:
         args = e.get("args") if isinstance(e.get("args"), dict) else {}
@@ -661,8 +684,12 @@ def _attach_kernels(spans: list[dict], cpu_spans: list[tuple[dict, TraceNode]],
         owner = _innermost(by_tid.get(launch.get("tid"), []), launch["ts"])
         if owner is None:
             continue
+        stream = args.get("stream", 0) or 0
+        if not isinstance(stream, int):
+            raise TraceError(f"{path}: kernel {e.get('name')!r} has a non-integer stream "
+                             f"{stream!r}")
         owner.kernels.append(Kernel(
-            str(e.get("name")), int(args.get("stream", 0) or 0), (e["ts"] - origin) * 1e-6,
+            str(e.get("name")), stream, (e["ts"] - origin) * 1e-6,
             e["dur"] * 1e-6, (launch["ts"] - origin) * 1e-6, launch["dur"] * 1e-6))
 
 

@@ -127,3 +127,19 @@ def test_measure_again_keeps_the_first_median():
     assert again.predicted_s == 0.15 and again.workload == "w"
     record = again.record({})
     assert record["first_measured_s"] == 0.2 and record["measured_s"] == again.measured.median_s
+
+
+def test_an_unreadable_samples_file_is_kept_beside_the_new_one(tmp_path):
+    """Tracing a workload whose earlier overhead samples cannot be read keeps
+    that file (``.unreadable``), warns naming it, and starts afresh."""
+    from perfmodel.e2e import overheads_dir, trace_workload
+    from perfmodel.overheads import load_samples
+    from tests.conftest import tiny_mlp_step
+
+    path = overheads_dir(tmp_path) / "mlp.json"
+    path.parent.mkdir(parents=True)
+    path.write_text("{cut", encoding="utf-8")
+    with pytest.warns(UserWarning, match=r"mlp\.json: overhead samples are not readable JSON"):
+        trace_workload("mlp", tiny_mlp_step(inputs=8, hidden=16, batch=4), tmp_path, "cpu", 1e10)
+    assert path.with_name("mlp.json.unreadable").read_text(encoding="utf-8") == "{cut"
+    assert load_samples(path).workload == "mlp"

@@ -167,3 +167,67 @@ def test_fuzzed_capture_loads_or_names_the_file(capture, tmp_path_factory, data)
         assert str(exc).startswith(f"{paths[which]}: "), exc
         return
     build_graph(trace)  # what loads can be turned into a task graph
+
+
+@given(st.text(alphabet="Tensor(flotaGeicLs)[],", max_size=60))
+def test_tensor_types_of_any_type_string_end(typ):
+    """An ET type string, well formed or not (an unclosed ``Tensor(``), gives the
+    element types of its closed ``Tensor(...)`` groups, in order."""
+    from perfmodel.graph import _tensor_types
+
+    found = _tensor_types(typ)
+    rebuilt = "".join(f"Tensor({t})" for t in found)
+    assert all(")" not in t for t in found)
+    assert len(found) <= typ.count("Tensor(") and len(rebuilt) <= len(typ)
+
+
+def test_tensor_types_of_a_list():
+    from perfmodel.graph import _tensor_types
+
+    assert _tensor_types("GenericList[Tensor(float),Tensor(long)]") == ["float", "long"]
+    assert _tensor_types("GenericList[Tensor(float),Tensor(lo") == ["float"]
+
+
+def test_process_group_entries_that_are_not_objects_are_skipped():
+    from pathlib import Path
+
+    from perfmodel.trace import PROCESS_GROUP_NODE, Trace, TraceNode
+
+    groups = json.dumps([1, "x", [], {"pg_name": "0", "group_size": 4}])
+    node = TraceNode(1, PROCESS_GROUP_NODE, 0, {"values": [groups]}, {})
+    trace = Trace(Path("t.et.json"), {1: node}, [node], "1.1.1-chakra.0.0.4", False)
+    assert trace.world_size() == 4
+
+
+def test_a_kernel_with_a_non_integer_stream_names_the_file(tmp_path):
+    from perfmodel.trace import TraceNode, _attach_kernels
+
+    node = TraceNode(1, "aten::mm", 0, {}, {})
+    op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "tid": 7, "ts": 0, "dur": 10}
+    launch = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "tid": 7, "ts": 2,
+              "dur": 1, "args": {"correlation": 5}}
+    kernel = {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 4, "dur": 3,
+              "args": {"correlation": 5, "stream": "7x"}}
+    with pytest.raises(TraceError, match=r"k\.json: kernel 'gemm' has a non-integer stream '7x'"):
+        _attach_kernels(tmp_path / "k.json", [op, launch, kernel], [(op, node)], 0)
+    kernel["args"]["stream"] = 7
+    _attach_kernels(tmp_path / "k.json", [op, launch, kernel], [(op, node)], 0)
+    assert [(k.name, k.stream) for k in node.kernels] == [("gemm", 7)]
+
+
+def test_a_capture_that_dies_leaves_the_earlier_files(tmp_path, capture):
+    """The three files move into place together: a step that fails on its
+    profiled run leaves the previous capture whole and no scratch folder."""
+    for which, content in capture.items():
+        (tmp_path / f"mlp.{which}.json").write_bytes(content)
+    calls = []
+
+    def step():
+        calls.append(1)
+        if len(calls) > 2:  # warm-up and the ET pass run, the profiled pass fails
+            raise RuntimeError("died")
+
+    with pytest.raises(RuntimeError, match="died"):
+        capture_trace(step, tmp_path, "mlp", iterations=1, warmup=1)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == {
+        f"mlp.{which}.json": content for which, content in capture.items()}

@@ -51,11 +51,33 @@ def test_recorded_only_while_a_profiler_or_recording_scope_is_on():
             return torch.ones(2) + 1
 
     with perfmodel.region("idle") as r:
-        assert r._scope is None  # nothing records: no record_function created
+        assert r._scopes == [None]  # nothing records: no record_function created
     with recording(), perfmodel.region("forced") as r:
-        assert r._scope is not None
+        assert r._scopes[0] is not None
+    assert r._scopes == []
     qualname = f"{PREFIX}{work.__qualname__}"
     assert _recorded_names(work) == {qualname, f"{PREFIX}inner"}
+
+
+def test_one_region_object_can_be_nested_in_itself():
+    """The same :class:`Region` entered twice (recursion, say): each exit
+    closes its own scope (the profiler lists a same-named nested scope once)."""
+    import torch
+
+    again = Region("again")
+
+    def work():
+        with again:
+            with again:
+                torch.ones(2).add_(1)
+            assert len(again._scopes) == 1
+        assert again._scopes == []
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        work()
+    assert f"{PREFIX}again" in {e.name for e in prof.events()}
 
 
 @pytest.fixture(scope="module")
