@@ -1,10 +1,19 @@
 """Shared fixtures of the project's tests."""
 
 import json
+import os
 
 import pytest
+from hypothesis import settings
 
 pytest_plugins = ["pytester"]
+
+# Property tests draw the same examples on every run (derandomized, no example
+# database) and never fail for taking long (imports, first calls into torch).
+# HYPOTHESIS_PROFILE=<name> picks another registered profile, e.g. Hypothesis's
+# own "default" for a randomized exploratory run.
+settings.register_profile("perfmodel", derandomize=True, database=None, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "perfmodel"))
 
 #: Threads the plugin tests pin torch to; the planted device spec matches it.
 THREADS = 1
@@ -50,3 +59,33 @@ def tiny_mlp_step(**sizes):
         opt.step()
 
     return step
+
+
+def planted_spec(root, key):
+    """The DeviceSpec that :func:`planted_results` wrote under ``root``/``key``."""
+    from perfmodel.device import DeviceSpec
+
+    return DeviceSpec.from_dict(json.loads((root / key / "device.json").read_text()))
+
+
+@pytest.fixture
+def planted_linear_fit(planted_results):
+    """``planted_results`` plus a fit saved for the planted spec (1 thread): linear
+    forward and backward at 5 µs + FLOPs / 1 GFLOP/s, ten configs each. Other ops
+    have no predictor. Returns (root, device_key)."""
+    from perfmodel.fitting import fit_predictors, save_fit
+    from perfmodel.ops import get_op
+    from perfmodel.store import ResultStore
+
+    root, key = planted_results
+    spec = planted_spec(root, key)
+    linear = get_op("linear")
+    cases = [c for direction in ("forward", "backward")
+             for c in [c for c in linear.cases("quick") if c.direction == direction][:10]]
+    records = [{"kind": "measurement", "op": "linear", "direction": c.direction,
+                "dtype": c.dtype, "config": c.params, "replicate": r, "run_id": "planted",
+                "env": {"threads": THREADS},
+                "measurement": {"median_s": 5e-6 + linear.flops(c.params, c.direction) / 1e9}}
+               for c in cases for r in (0, 1)]
+    save_fit(fit_predictors(records, spec), ResultStore(root, key), "planted", ["planted"])
+    return root, key

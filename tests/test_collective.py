@@ -88,7 +88,7 @@ def _curve(n, sizes, latency_s, bandwidth_Bps, knee_B):
 curves = st.tuples(st.floats(1e-6, 1e-3), st.floats(1e8, 1e11), st.floats(1e3, 1e6))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(params=curves, curve=st.sampled_from(["sigmoid", "hockney", "cache", "interp"]))
 def test_comm_model_fits_latency_bandwidth_curves_and_round_trips(tmp_path_factory, params,
                                                                   curve):
@@ -120,7 +120,7 @@ def test_comm_model_predicts_an_unmeasured_world_size_at_the_same_bus_bytes():
     assert np.all(np.diff(model.predict(X)) >= 0)  # monotone in size
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(knee_B=st.floats(2.0 ** 11, 2.0 ** 17), bandwidth_Bps=st.floats(1e8, 1e11),
        seed=st.integers(0, 2**16))
 def test_hockney_line_recovers_latency_and_bandwidth_through_scatter(knee_B, bandwidth_Bps,
@@ -139,7 +139,7 @@ def test_hockney_line_recovers_latency_and_bandwidth_through_scatter(knee_B, ban
     assert np.exp(model.log_bw_[0]) == pytest.approx(bandwidth_Bps, rel=0.35)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(knee_B=st.floats(2.0 ** 15, 2.0 ** 21), slowdown=st.floats(2.0, 8.0),
        bandwidth_Bps=st.floats(1e8, 1e11), seed=st.integers(0, 2**16))
 def test_cache_curve_recovers_both_bandwidths_and_the_knee(knee_B, slowdown, bandwidth_Bps,

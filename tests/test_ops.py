@@ -40,7 +40,7 @@ def test_unknown_names_are_clear():
 dims = st.integers(1, 4096)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(name=st.sampled_from(sorted(OPS)), data=st.data())
 def test_work_is_monotone_in_every_dimension(name, data):
     op = get_op(name)
@@ -62,7 +62,7 @@ def _shapes(name, p):
     return [[p["BATCH"], p["M"], p["K"]], [p["BATCH"], p["K"], p["N"]]]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(name=st.sampled_from(["addmm", "linear", "bmm"]), data=st.data())
 def test_gemm_trace_shapes_map_back_to_the_config(name, data):
     op = get_op(name)
@@ -72,11 +72,36 @@ def test_gemm_trace_shapes_map_back_to_the_config(name, data):
     assert op.params_from_shapes([[3]]) is None
 
 
+def _gemm_output_shapes(name, direction, p):
+    """What a GEMM runner returns: the product (forward) or autograd's gradients
+    (backward: linear's grad_input only when GRAD_INPUT, then grad_weight and
+    grad_bias; bmm's grads of both operands)."""
+    if name == "addmm":
+        return [(p["M"], p["N"])]
+    if name == "linear" and direction == "forward":
+        return [(p["B"], p["OUT"])]
+    if name == "linear":
+        return [(p["B"], p["IN"])] * p["GRAD_INPUT"] + [(p["OUT"], p["IN"]), (p["OUT"],)]
+    if direction == "forward":
+        return [(p["BATCH"], p["M"], p["N"])]
+    return [(p["BATCH"], p["M"], p["K"]), (p["BATCH"], p["K"], p["N"])]
+
+
 def test_gemm_runners_execute_on_cpu():
-    for case in cases_for(["addmm", "linear", "bmm"], "smoke")[::7]:
-        op = get_op(case.op)
-        op.make_runner({p: min(v, 32) for p, v in case.params.items()}, case.dtype,
-                       case.direction, "cpu")()
+    import torch
+
+    cases = cases_for(["addmm", "linear", "bmm"], "smoke")[::7]
+    assert {(c.op, c.direction) for c in cases} == {
+        ("addmm", "forward"), ("linear", "forward"), ("linear", "backward"),
+        ("bmm", "forward"), ("bmm", "backward")}
+    for case in cases:
+        params = {p: min(v, 32) for p, v in case.params.items()}
+        out = get_op(case.op).make_runner(params, case.dtype, case.direction, "cpu")()
+        outs = [out] if isinstance(out, torch.Tensor) else list(out)
+        assert [tuple(t.shape) for t in outs] == _gemm_output_shapes(
+            case.op, case.direction, params), case
+        assert all(t.dtype == getattr(torch, case.dtype) and torch.isfinite(t).all()
+                   for t in outs), case
 
 
 

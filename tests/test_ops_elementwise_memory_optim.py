@@ -74,7 +74,7 @@ def _shapes(name, p):
 MAPPED = [n for n in NAMES if get_op(n).family != "optim"]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(name=st.sampled_from(MAPPED), data=st.data())
 def test_trace_shapes_map_back_to_the_config(name, data):
     op = get_op(name)
@@ -95,11 +95,69 @@ def _small(params):
     return {p: max(1, min(v, 24)) for p, v in params.items()}
 
 
+def _forward_shape(name, p):
+    """The shape of a forward runner's output for config ``p``."""
+    if name in ("sum", "mean"):
+        return (p["ROWS"],)
+    if name in ("mse_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits",
+                "cross_entropy"):
+        return ()
+    if name == "cat":
+        return (p["ROWS"], p["N"] * p["COLS"])
+    if name == "dlrm_interaction":
+        return (p["BATCH"], p["F"] * (p["F"] - 1) // 2)
+    if name == "index_select":
+        return (p["N"], p["COLS"])
+    if name in ("to_dtype", "copy"):
+        return (p["ELEMS"],)
+    return (p["ROWS"], p["COLS"])
+
+
+def _check_output(name, direction, dtype, p, out):
+    """Forward: one finite tensor of the documented shape (``to_dtype`` converts to
+    the other dtype). Backward: finite gradients, shaped as the op's leading inputs."""
+    import torch
+
+    dtype = getattr(torch, dtype)
+    if direction == "forward":
+        assert isinstance(out, torch.Tensor) and tuple(out.shape) == _forward_shape(name, p)
+        other = torch.float32 if dtype == torch.bfloat16 else torch.bfloat16
+        assert out.dtype == (other if name == "to_dtype" else dtype)
+        outs = [out]
+    else:
+        outs = list(out)
+        inputs = [tuple(shape) for shape in _shapes(name, p)]
+        assert outs and [tuple(t.shape) for t in outs] == inputs[:len(outs)]
+        assert all(t.dtype == dtype for t in outs)
+    assert all(torch.isfinite(t).all() for t in outs)
+
+
+def _check_optimizer_step(dtype, p, runner):
+    """An optimizer runner is the bound ``step`` of an optimizer already stepped
+    once: it returns nothing, and every parameter has its state."""
+    import torch
+
+    assert runner() is None
+    optimizer = runner.__self__
+    params = optimizer.param_groups[0]["params"]
+    assert [tuple(t.shape) for t in params] == [(p["NUMEL"],)] * p["NTENSORS"]
+    assert all(t.dtype == getattr(torch, dtype) and torch.isfinite(t).all() for t in params)
+    assert len(optimizer.state) == p["NTENSORS"]
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_runners_execute_on_cpu(name):
     op = get_op(name)
-    for case in cases_for([name], "quick")[:2 * len(op.directions) * len(op.dtypes)]:
-        op.make_runner(_small(case.params), case.dtype, case.direction, "cpu")()
+    cases = cases_for([name], "quick")[:2 * len(op.directions) * len(op.dtypes)]
+    assert {(c.direction, c.dtype) for c in cases} == {
+        (d, t) for d in op.directions for t in op.dtypes}
+    for case in cases:
+        params = _small(case.params)
+        runner = op.make_runner(params, case.dtype, case.direction, "cpu")
+        if op.family == "optim":
+            _check_optimizer_step(case.dtype, params, runner)
+        else:
+            _check_output(name, case.direction, case.dtype, params, runner())
 
 
 def test_runner_outputs_have_the_documented_shapes():

@@ -5,7 +5,7 @@ import statistics
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from perfmodel.stats import ItemStats, multi_run_stats, spread_bound
@@ -15,7 +15,6 @@ errors = st.lists(st.floats(-2.0, 2.0, allow_nan=False), min_size=2, max_size=12
 qs = st.floats(0.5, 0.99)
 
 
-@settings(deadline=None)  # the first call imports scipy
 @given(values, qs)
 def test_mean_sd_and_bound(xs, q):
     s = ItemStats("x", tuple(xs), baseline=xs[0], relative=True, q=q)
@@ -28,7 +27,6 @@ def test_mean_sd_and_bound(xs, q):
         spread_bound(xs, q) / abs(s.mean), rel=1e-9, abs=1e-12)
 
 
-@settings(deadline=None)  # the first call imports scipy
 @given(values, st.floats(1e-6, 1e3), st.floats(1e-3, 1e3), qs)
 def test_relative_items_do_not_depend_on_the_unit(xs, baseline, scale, q):
     a = ItemStats("x", tuple(xs), baseline, relative=True, q=q)
@@ -39,7 +37,6 @@ def test_relative_items_do_not_depend_on_the_unit(xs, baseline, scale, q):
     assert a.verdict == b.verdict
 
 
-@settings(deadline=None)  # the first call imports scipy
 @given(errors, st.floats(-1.0, 1.0), qs)
 def test_absolute_items_do_not_depend_on_a_shift(xs, shift, q):
     a = ItemStats("x", tuple(xs), 0.0, q=q)
@@ -48,7 +45,6 @@ def test_absolute_items_do_not_depend_on_a_shift(xs, shift, q):
     assert b.bound == pytest.approx(a.bound, abs=1e-9)
 
 
-@settings(deadline=None)  # the first call imports scipy
 @given(errors, qs)
 def test_a_baseline_at_the_mean_passes_and_one_beyond_the_bound_fails(xs, q):
     mean = statistics.fmean(xs)

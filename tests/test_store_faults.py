@@ -35,7 +35,6 @@ def test_killed_writers_lose_no_completed_record(tmp_path, sig):
     rng = random.Random(sig)
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
-    acked_total = 0
     for kill in range(KILLS):
         root = tmp_path / f"kill{kill}"
         proc = subprocess.Popen([sys.executable, str(script), str(root)],
@@ -46,22 +45,19 @@ def test_killed_writers_lose_no_completed_record(tmp_path, sig):
         time.sleep(rng.uniform(0, 0.05))
         proc.send_signal(sig)
         acked = max([acked] + [int(line) for line in proc.stdout.read().split()])
-        proc.wait(timeout=30)
+        assert proc.wait(timeout=30) == -sig  # ended by the signal, not by an error
         loaded = ResultStore(root, KEY).load()
         configs = [r["config"]["M"] for r in loaded.records]
         assert configs == list(range(len(configs)))  # in order, none duplicated
         assert acked <= len(configs) <= acked + 1  # every acknowledged record survived
         assert all("truncated last line" in p for p in loaded.problems)
-        acked_total += acked
-    assert acked_total >= 3 * KILLS
 
 
 HEADER = json.dumps({"kind": "header", "schema": SCHEMA_VERSION, "run_id": "r",
                      "device_key": KEY, "env": {}}) + "\n"
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow],
-          derandomize=True)
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(body=st.one_of(st.binary(max_size=400),
                       st.text(max_size=400).map(lambda t: (HEADER + t).encode()),
                       st.lists(st.dictionaries(st.text(max_size=8), st.none() | st.integers()

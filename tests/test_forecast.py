@@ -1,0 +1,147 @@
+"""``perfmodel predict`` when it succeeds: a saved trace or a registered workload,
+priced with the device's stored fit and overhead table exactly as
+:func:`perfmodel.predict.predict_graph` prices the same graph."""
+
+import pytest
+
+from perfmodel.cli import main
+from perfmodel.forecast import forecast_trace, forecast_workload
+from tests.conftest import THREADS, planted_spec, tiny_mlp_step
+
+
+@pytest.fixture(scope="module")
+def mlp_trace(tmp_path_factory):
+    """The files of a real capture of a tiny MLP training step (``mlp.*.json``)."""
+    from perfmodel.trace import capture_trace
+
+    return capture_trace(tiny_mlp_step(), tmp_path_factory.mktemp("trace"), "mlp",
+                         iterations=2, warmup=1)
+
+
+def _stored(root, key):
+    """The fit and shared overhead table ``perfmodel predict`` reads for ``key``."""
+    from perfmodel.e2e import shared_table
+    from perfmodel.fitting import load_latest_fit
+    from perfmodel.store import ResultStore
+
+    store = ResultStore(root, key)
+    fit, problems = load_latest_fit(store, threads=THREADS)
+    assert fit is not None, problems
+    table, problems = shared_table(store.dir, planted_spec(root, key).mem_bandwidth_Bps)
+    assert not problems
+    return fit, table
+
+
+def _expected(graph, root, key):
+    from perfmodel.predict import predict_graph
+
+    fit, table = _stored(root, key)
+    return predict_graph(graph, fit, table, on_device=False)
+
+
+def _cli(*argv, root):
+    return main(["predict", *argv, "--results", str(root), "--device", "cpu",
+                 "--threads", str(THREADS)])
+
+
+def test_a_saved_trace_is_predicted_as_predict_graph_prices_it(planted_linear_fit, mlp_trace):
+    from perfmodel.graph import build_graph
+    from perfmodel.trace import load_trace
+
+    root, key = planted_linear_fit
+    files = mlp_trace
+    forecast = forecast_trace(files.et, files.kineto, files.calibration, root, "cpu", THREADS)
+    graph = build_graph(load_trace(files.et, files.kineto, files.calibration))
+    expected = _expected(graph, root, key)
+    # the stored fit priced the layers; the other ops have no predictor
+    assert "linear.forward" not in expected.no_predictor
+    assert "linear.backward" not in expected.no_predictor
+    assert expected.no_predictor["relu.forward"] == 1
+    assert (forecast.name, forecast.device_key, forecast.measured) == ("mlp", key, None)
+    assert forecast.predicted_s == pytest.approx(expected.total_s, rel=1e-12)
+    assert 0 < forecast.predicted_s < float("inf")
+    assert forecast.breakdown_s == pytest.approx(expected.breakdown_s, rel=1e-12)
+    assert forecast.regions_s == pytest.approx(expected.sim.regions_s, rel=1e-12)
+    assert forecast.unmodelled == expected.unmodelled
+    assert forecast.traced_s == graph.measured_s
+
+
+def test_predict_trace_prints_the_forecast_and_exits_0(planted_linear_fit, mlp_trace, capsys):
+    root, key = planted_linear_fit
+    files = mlp_trace
+    forecast = forecast_trace(files.et, files.kineto, files.calibration, root, "cpu", THREADS)
+    assert _cli("--trace", str(files.et), "--kineto", str(files.kineto),
+                "--calibration", str(files.calibration), root=root) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == forecast.lines()
+    assert out[0] == f"mlp on {key}: predicted {forecast.predicted_s * 1e3:.2f} ms"
+
+
+def test_an_et_file_alone_is_predicted_too(planted_linear_fit, mlp_trace, capsys):
+    """Without the Kineto and calibration files there are no traced timings."""
+    from perfmodel.graph import build_graph
+    from perfmodel.trace import load_trace
+
+    root, key = planted_linear_fit
+    expected = _expected(build_graph(load_trace(mlp_trace.et, None, None)), root, key)
+    assert _cli("--trace", str(mlp_trace.et), root=root) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"mlp on {key}: predicted {expected.total_s * 1e3:.2f} ms"
+
+
+@pytest.fixture
+def traced_graphs(monkeypatch):
+    """The graphs ``forecast_workload`` builds from its (temporary) traces."""
+    import perfmodel.e2e
+
+    graphs = []
+    capture = perfmodel.e2e.capture_graph
+
+    def keep(*args, **kwargs):
+        graphs.append(capture(*args, **kwargs))
+        return graphs[-1]
+
+    monkeypatch.setattr(perfmodel.e2e, "capture_graph", keep)
+    return graphs
+
+
+def test_a_workload_is_traced_and_predicted_as_predict_graph_prices_it(planted_linear_fit,
+                                                                       traced_graphs):
+    root, key = planted_linear_fit
+    forecast = forecast_workload("mlp_small", root, "cpu", size="tiny", threads=THREADS)
+    (graph,) = traced_graphs
+    expected = _expected(graph, root, key)
+    assert (forecast.name, forecast.device_key, forecast.measured) == ("mlp_small", key, None)
+    linears = [t for t in graph.tasks if t.kind == "op" and t.op == "linear"]
+    assert len(linears) == 4  # widths 8-16-1: two layers, forward and backward
+    assert forecast.predicted_s == pytest.approx(expected.total_s, rel=1e-12)
+    assert forecast.breakdown_s == pytest.approx(expected.breakdown_s, rel=1e-12)
+    assert forecast.traced_s == graph.measured_s
+
+
+def test_predict_workload_with_measure_prints_the_measured_iteration(planted_linear_fit,
+                                                                     traced_graphs, capsys):
+    root, key = planted_linear_fit
+    assert _cli("mlp_small", "--size", "tiny", "--measure", root=root) == 0
+    out = capsys.readouterr().out.splitlines()
+    (graph,) = traced_graphs
+    expected = _expected(graph, root, key)
+    assert out[0] == f"mlp_small on {key}: predicted {expected.total_s * 1e3:.2f} ms"
+    measured = [line for line in out if line.startswith("  measured ")]
+    assert len(measured) == 1 and "30 x 5 iterations), error " in measured[0], out
+
+
+def test_stored_files_passed_over_are_listed(planted_linear_fit, mlp_trace):
+    """An unreadable samples file is left out of the table, and the forecast
+    says so, naming it."""
+    from perfmodel.store import ResultStore
+
+    root, key = planted_linear_fit
+    bad = ResultStore(root, key).dir / "overheads" / "broken.json"
+    bad.parent.mkdir(parents=True, exist_ok=True)
+    bad.write_text("{cut", encoding="utf-8")
+    files = mlp_trace
+    forecast = forecast_trace(files.et, files.kineto, files.calibration, root, "cpu", THREADS)
+    assert [line for line in forecast.lines() if "skipped" in line] == [
+        f"  skipped: {bad}: overhead samples are not readable JSON "
+        f"(Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"]
