@@ -154,10 +154,6 @@ class World:
     before_abort: Callable[[], None] | None = None
     _fault: tuple[str, int, str] | None = field(default=None, repr=False)
 
-    @property
-    def is_mpi(self) -> bool:
-        return not isinstance(self.comm, _OneRank)
-
     def barrier(self, what: str = "the barrier", poll_s: float = 1e-3) -> None:
         """Wait for every rank, sleeping between polls (MPI's blocking barrier
         spins, and a spinning rank steals the core of a rank still measuring).
@@ -260,10 +256,13 @@ def collective_label(op: str, params: Mapping[str, int]) -> str:
     return f"{op} (world_size={params.get('world_size')}, bytes={params.get('bytes')})"
 
 
-def _wait_until_read(fds, limit_s: float, poll_s: float = 1e-3) -> None:
+def _wait_until_read(fds, limit_s: float, poll_s: float = 1e-3,
+                     clock: Callable[[], float] = time.monotonic,
+                     sleep: Callable[[float], object] = time.sleep) -> None:
     """Wait until every byte written to the pipes among ``fds`` (file descriptors;
     others are skipped) has been read from them, or ``limit_s`` (s) has passed;
-    ``poll_s`` (s) is the sleep between checks."""
+    ``poll_s`` (s) is the sleep between checks. ``clock`` (s) and ``sleep`` are
+    the time source and the wait (a test passes fakes)."""
     import fcntl
     import termios
 
@@ -275,16 +274,16 @@ def _wait_until_read(fds, limit_s: float, poll_s: float = 1e-3) -> None:
         except OSError:  # closed
             pass
     unread = array.array("i", [0])
-    deadline = time.monotonic() + limit_s
+    deadline = clock() + limit_s
     for fd in pipes:
-        while time.monotonic() < deadline:
+        while clock() < deadline:
             try:
                 fcntl.ioctl(fd, termios.FIONREAD, unread)
             except OSError:  # the reader is gone: nothing more will be read
                 break
             if unread[0] == 0:
                 break
-            time.sleep(poll_s)
+            sleep(poll_s)
 
 
 _WORLD: World | None = None
@@ -458,7 +457,7 @@ def _replicate(world: World, time_block, settings, loaded=None) -> CollectiveRes
         return None
     samples, per_rank, cpu_per_rank, reason = result
     return CollectiveResult(_measurement(samples, number, reason, torch.get_num_threads()),
-                            tuple(float(sorted(s)[len(s) // 2]) for s in per_rank),
+                            tuple(float(statistics.median(s)) for s in per_rank),
                             tuple(float(c) for c in cpu_per_rank),
                             statistics.fmean(loaded_times) if loaded_times else None)
 

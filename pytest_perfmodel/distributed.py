@@ -76,8 +76,9 @@ def pytest_cmdline_main(config: pytest.Config):
     ranks = config.option.perfmodel_ranks
     if ranks is None or launcher_world() is not None:
         return None  # a rank itself: run the tests
-    if ranks < 1:
-        raise pytest.UsageError(f"--perfmodel-ranks must be >= 1, got {ranks}")
+    from pytest_perfmodel.options import check_options
+
+    check_options(config)  # here, once, rather than in every rank's pytest_configure
     command = launch_command(ranks, config.invocation_params.args)
     sys.stdout.flush()
     return subprocess.call(command, cwd=config.invocation_params.dir)
@@ -96,8 +97,6 @@ def pytest_configure(config: pytest.Config) -> None:
     capture = config.pluginmanager.get_plugin("capturemanager")
     if capture is not None:  # an abort's message must reach the real stderr
         world.before_abort = capture.suspend_global_capture
-    if world.timeout_s <= 0:
-        raise pytest.UsageError("--perfmodel-collective-timeout must be > 0")
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
     if launcher_world() is not None:

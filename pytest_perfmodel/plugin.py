@@ -12,12 +12,13 @@ import pytest
 
 from perfmodel.bench import BUDGET_S, COLLECTIVE_BUDGET_S
 from perfmodel.ops import PROFILES, cases_for, get_op
-from perfmodel.settings import SettingsError, load_settings
+from pytest_perfmodel.options import check_options
 from pytest_perfmodel.session import Options, PerfmodelSession, default_threads
 
 SESSION_KEY = pytest.StashKey[PerfmodelSession]()
-#: Multi-rank runs: --perfmodel-ranks, sharding, quiet non-zero ranks.
-pytest_plugins = ["pytest_perfmodel.distributed"]
+#: Multi-rank runs (--perfmodel-ranks, sharding, quiet non-zero ranks) and the
+#: pytest-xdist hooks that send each worker's results to the controller.
+pytest_plugins = ["pytest_perfmodel.distributed", "pytest_perfmodel.workers"]
 
 MARKERS = {
     "microbench": "microbenchmark of one op config; writes measurements to the results store",
@@ -47,7 +48,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="CPU threads torch is pinned to (default: the usable cores)")
     group.addoption("--perfmodel-budget", type=float, default=None, metavar="SECONDS",
                     help="sampling budget per config and replicate (default: 0.1 smoke, "
-                         "0.3 quick, 1.0 full; collectives 0.1, 1.0, 2.0)")
+                         "0.3 quick and gpu, 1.0 full; collectives 0.1 smoke, 1.0 quick and "
+                         "gpu, 2.0 full)")
     group.addoption("--perfmodel-target-ci", type=float, default=0.02, metavar="FRACTION",
                     help="stop sampling when the 95%% CI of the median is within ±FRACTION")
     group.addoption("--perfmodel-cold-cache", action="store_true",
@@ -71,37 +73,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
+    bias, settings = check_options(config)
     opt = config.option
     threads = default_threads() if opt.perfmodel_threads is None else opt.perfmodel_threads
-    if threads < 1:
-        raise pytest.UsageError(f"--perfmodel-threads must be >= 1, got {threads}")
-    if opt.perfmodel_rounds < 1:
-        raise pytest.UsageError(f"--perfmodel-rounds must be >= 1, got {opt.perfmodel_rounds}")
-    budget = opt.perfmodel_budget or BUDGET_S[opt.perfmodel_profile]
-    if not 0 < budget < float("inf") or not 0 < opt.perfmodel_target_ci < 1:  # NaN fails too
-        raise pytest.UsageError("--perfmodel-budget must be > 0 and --perfmodel-target-ci in (0, 1)")
-    if opt.perfmodel_device is not None:
-        from perfmodel.device import parse_device
-
-        try:
-            parse_device(opt.perfmodel_device)
-        except ValueError as exc:
-            raise pytest.UsageError(f"--perfmodel-device: {exc}") from None
-    from perfmodel.predict import parse_bias
-
-    try:
-        bias = parse_bias(opt.perfmodel_plant_bias)
-    except ValueError as exc:
-        raise pytest.UsageError(f"--perfmodel-plant-bias: {exc}") from None
-    try:
-        settings = load_settings(config.rootpath / "pyproject.toml")
-    except SettingsError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    profile = opt.perfmodel_profile
+    budget = BUDGET_S[profile] if opt.perfmodel_budget is None else opt.perfmodel_budget
+    collective_budget = (COLLECTIVE_BUDGET_S[profile] if opt.perfmodel_budget is None
+                         else opt.perfmodel_budget)
     root = Path(opt.perfmodel_results) if opt.perfmodel_results else config.rootpath / "results"
-    options = Options(opt.perfmodel_device, opt.perfmodel_profile, root.resolve(), threads,
+    options = Options(opt.perfmodel_device, profile, root.resolve(), threads,
                       opt.perfmodel_save_baseline, budget, opt.perfmodel_target_ci,
-                      opt.perfmodel_cold_cache, bias,
-                      opt.perfmodel_budget or COLLECTIVE_BUDGET_S[opt.perfmodel_profile])
+                      opt.perfmodel_cold_cache, bias, collective_budget)
     config.stash[SESSION_KEY] = PerfmodelSession(options, settings, config.rootpath)
 
 
@@ -181,8 +163,9 @@ def interleave_sweep(items: list, rounds: int = SWEEP_ROUNDS) -> list:
     between them the ranks of a sharded sweep would wait on each other. The
     order is deterministic, so every rank and xdist worker collects the same
     list; items of the other stages keep their places."""
-    # imported here: pytest_plugins below imports the module first, so that
-    # pytest can rewrite its asserts (an import at the top made it warn)
+    # imported here: pytest_plugins (at the top of this module) registers the
+    # module first, so that pytest can rewrite its asserts (an import at the top
+    # made it warn)
     from pytest_perfmodel.distributed import is_collective
 
     bench = [i for i, item in enumerate(items) if item.get_closest_marker("microbench")]
@@ -217,11 +200,21 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtestloop(session: pytest.Session):
+    """After the items: close the run file and gate once, in the process that
+    reports. Under ``--collect-only`` nothing ran, so there is nothing to gate;
+    a pytest-xdist worker hands its results to the controller instead
+    (:mod:`pytest_perfmodel.workers`), which gates them all together."""
     result = yield
-    pm = session.config.stash[SESSION_KEY]
+    config = session.config
+    if config.option.collectonly:
+        return result
+    pm = config.stash[SESSION_KEY]
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker
+        pm.close()
+        return result
     if pm.finish().failed:
         session.testsfailed += 1
-    if session.config.option.perfmodel_report:
+    if config.option.perfmodel_report:
         pm.write_report()
     return result
 

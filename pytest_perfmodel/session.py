@@ -93,6 +93,9 @@ class PerfmodelSession:
         self.e2e: list = []  # E2EResult of the e2e items that ran
         self.user_models: list = []  # E2EResult of perfmodel_predict calls (not gated)
         self.e2e_expected: set[str] = set()  # workloads of the collected e2e items
+        #: pytest-xdist controller: the workers whose results were merged into this
+        #: session (:mod:`pytest_perfmodel.workers`)
+        self.workers_reported = 0
         self._graphs: dict = {}  # workload -> task Graph traced this session
         self.notes: list[str] = []  # informational lines for the summary
         self.problems: list[str] = []  # unreadable result files, reported in the summary
@@ -156,8 +159,9 @@ class PerfmodelSession:
         """:attr:`timer_settings` with the collectives' sampling budget."""
         from dataclasses import replace
 
+        budget = self.options.collective_budget_s
         return replace(self.timer_settings,
-                       budget_s=self.options.collective_budget_s or self.options.budget_s)
+                       budget_s=self.options.budget_s if budget is None else budget)
 
     # -- items -----------------------------------------------------------------------
     def benchmark(self, case, request: pytest.FixtureRequest | None = None) -> None:
@@ -310,7 +314,7 @@ class PerfmodelSession:
 
         try:
             baseline = load_baseline(self.store.baseline_path(self.options.profile))
-        except ValueError:
+        except (ValueError, OSError):
             return result  # the gate reports the unreadable baseline at the end
         if baseline is None or not error_fails(result.workload, result.signed_error, baseline,
                                                self.settings.gate_policy()):
@@ -443,14 +447,15 @@ class PerfmodelSession:
         variant with the gate against that same measurement. The tally goes to the
         summary and, after every round, to ``results/<key>/stability/<run-id>.json``."""
         from perfmodel.plaindata import write_json_atomic
-        from perfmodel.stability import StabilityTally, measure_variants, workloads_to_run
+        from perfmodel.stability import (StabilityTally, measure_variants, run_rounds,
+                                         workloads_to_run)
         from perfmodel.workloads import WORKLOADS
 
         fit = self._required_fit()
         path = self.store.baseline_path(self.options.profile)
         try:
             baseline = load_baseline(path)
-        except ValueError as exc:
+        except (ValueError, OSError) as exc:
             pytest.fail(str(exc), pytrace=False)
         if baseline is None:
             pytest.fail(f"no baseline at {path} to score the gate against; save one with "
@@ -458,7 +463,9 @@ class PerfmodelSession:
         tally = StabilityTally(baseline, self.settings.gate_policy(), fit_data=fit.data_id)
         names = workloads_to_run(baseline, WORKLOADS)
         out = self.store.dir / "stability" / f"{self.run_id}.json"
-        for _ in range(rounds):
+
+        def run_round() -> tuple:
+            """One round: the arguments of :meth:`StabilityTally.add_round`."""
             graphs = {}
             for name in names:  # a fresh trace of every workload first: one shared table
                 if name not in tally.skipped:
@@ -476,11 +483,15 @@ class PerfmodelSession:
                     step.step, step.items, graph, fit, table, self.torch_device,
                     tally.variants, self.options.profile)
                 del step
-            tally.add_round(measured, predicted, overhead, remeasure=self._measure_workload)
+            return measured, predicted, overhead, self._measure_workload
+
+        def save(index: int, result) -> None:  # after every round
             write_json_atomic(out, {**tally.to_dict(), "run_id": self.run_id,
                                     "device_key": self.device.key,
                                     "profile": self.options.profile, "baseline": str(path),
                                     "env": self.env})
+
+        run_rounds(tally, rounds, run_round, on_round=save)
         self.notes.extend(tally.lines())
         self.notes.append(f"stability tally written to {out}")
 
@@ -511,10 +522,16 @@ class PerfmodelSession:
         return {r.workload: r.fit_data for r in self.e2e}
 
     # -- end of session ---------------------------------------------------------------
-    def finish(self) -> GateOutcome:
-        """Close the run file, save the baseline when asked, and run the gate."""
+    def close(self) -> None:
+        """Close this session's run file (if it opened one)."""
         if self._writer is not None:
             self._writer.close()
+
+    def finish(self) -> GateOutcome:
+        """Close the run file, save the baseline when asked, and run the gate.
+        A baseline that cannot be written or read fails the gate with one line
+        naming its file."""
+        self.close()
         if self.device_unavailable:  # every item skipped: nothing ran, nothing to gate
             return self.gate
         if not self.e2e and not self.e2e_expected:
@@ -530,20 +547,26 @@ class PerfmodelSession:
         path = self.store.baseline_path(self.options.profile)
         if self.options.save_baseline:
             if errors:
-                save_baseline(path, self.device.key, errors, self.env,
-                              predicted_by_workload=predicted, fit_data=self._fit_data(),
-                              overhead_by_workload={w: p for w, p in overhead.items()
-                                                    if len(p) == len(errors[w])})
+                try:
+                    save_baseline(path, self.device.key, errors, self.env,
+                                  predicted_by_workload=predicted, fit_data=self._fit_data(),
+                                  overhead_by_workload={w: p for w, p in overhead.items()
+                                                        if len(p) == len(errors[w])})
+                except OSError as exc:
+                    return self._fail_gate(f"cannot save the baseline {path}: "
+                                           f"{exc.strerror or exc}")
+                except ValueError as exc:  # names the file and the workload
+                    return self._fail_gate(str(exc))
                 self.gate.lines.append(
                     f"baseline saved to {path}: {len(errors)} workloads, "
                     f"{self.settings.baseline_runs} runs each")
             return self.gate
         try:
             baseline = load_baseline(path)
-        except ValueError as exc:
-            self.gate.failed = True
-            self.gate.lines.append(f"FAIL perfmodel gate: {exc}")
-            return self.gate
+        except ValueError as exc:  # names the file
+            return self._fail_gate(str(exc))
+        except OSError as exc:
+            return self._fail_gate(f"cannot read the baseline {path}: {exc.strerror or exc}")
         if baseline is None:
             self.gate.lines.append(f"no baseline at {path}; not gating. Create one with "
                                    f"--perfmodel-save-baseline")
@@ -557,6 +580,12 @@ class PerfmodelSession:
         self.gate.verdicts = report.verdicts
         self.gate.lines.extend(report.lines())
         self.gate.failed = report.failed
+        return self.gate
+
+    def _fail_gate(self, why: str) -> GateOutcome:
+        """Fail the gate with one ``FAIL perfmodel gate: <why>`` line."""
+        self.gate.failed = True
+        self.gate.lines.append(f"FAIL perfmodel gate: {why}")
         return self.gate
 
 

@@ -145,7 +145,7 @@ def gate_decision(pm: PerfmodelSession) -> str | None:
     failed = [v.workload for v in verdicts if v.failed]
     if failed:
         return (f"FAIL perfmodel gate: {len(failed)} of {len(verdicts)} workload(s) failed "
-                f"({', '.join(failed)})")[:100]
+                f"({', '.join(failed)})")  # whole: every name, to be searched for
     new = sum(v.status == "new" for v in verdicts)
     extra = f", {new} new (no baseline entry)" if new else ""
     return (f"perfmodel gate: pass, {len(verdicts) - new} workload(s) within their "

@@ -1,11 +1,11 @@
 """Multi-rank runs: launcher detection, sharding, the --perfmodel-ranks launcher, one
 result per run, and a killed rank ending the run with a message that names it."""
 
+import array
 import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -94,28 +94,56 @@ def test_a_timeout_names_the_ranks_that_did_not_report(monkeypatch):
     assert "failed on every rank" in everyone.describe_failure("broadcast", {}, RuntimeError("x"))
 
 
+class _FakeTime:
+    """A clock that only the fake ``sleep`` advances; on the ``read_on``-th sleep
+    the launcher "reads" the pipe (``on_read``)."""
+
+    def __init__(self, read_on=None, on_read=None):
+        self.now, self.sleeps, self.read_on, self.on_read = 0.0, [], read_on, on_read
+
+    def clock(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        self.now += seconds
+        if len(self.sleeps) == self.read_on:
+            self.on_read()
+
+
+def _unread(fd):
+    import fcntl
+    import termios
+
+    count = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, count)
+    return count[0]
+
+
 def test_an_abort_waits_until_its_output_pipe_has_been_read(tmp_path):
     from perfmodel.distributed import _wait_until_read
 
+    message = b"perfmodel rank 0: ...\n"
     read, write = os.pipe()
     try:
-        os.write(write, b"perfmodel rank 0: ...\n")
-        start = time.monotonic()
-        _wait_until_read((write,), limit_s=0.1)  # nobody reads: gives up after the limit
-        assert 0.1 <= time.monotonic() - start < 1
-        reader = threading.Timer(0.2, os.read, (read, 100))  # the launcher, 0.2 s late
-        start = time.monotonic()
-        reader.start()
-        _wait_until_read((write,), limit_s=5)
-        assert 0.2 <= time.monotonic() - start < 2
-        reader.join()
+        os.write(write, message)
+        # nobody reads: it polls every 0.25 s until the 1 s limit, then gives up
+        fake = _FakeTime()
+        _wait_until_read((write,), limit_s=1.0, poll_s=0.25, clock=fake.clock, sleep=fake.sleep)
+        assert fake.sleeps == [0.25] * 4 and fake.now == 1.0
+        assert _unread(write) == len(message)  # still unread: it gave up, not saw it drained
+        # the launcher reads during the third sleep: it returns at the next check
+        fake = _FakeTime(read_on=3, on_read=lambda: os.read(read, 100))
+        _wait_until_read((write,), limit_s=5.0, poll_s=0.25, clock=fake.clock, sleep=fake.sleep)
+        assert fake.sleeps == [0.25] * 3 and _unread(write) == 0
     finally:
         os.close(read)
         os.close(write)
     with open(tmp_path / "log", "w") as log:  # not a pipe: nothing to wait for
-        start = time.monotonic()
-        _wait_until_read((log.fileno(),), limit_s=5)
-        assert time.monotonic() - start < 1
+        log.write("perfmodel rank 0: ...\n")
+        fake = _FakeTime()
+        _wait_until_read((log.fileno(),), limit_s=5.0, clock=fake.clock, sleep=fake.sleep)
+        assert fake.sleeps == []
 
 
 def _run(pytester, results, *args, env=None, timeout=240):

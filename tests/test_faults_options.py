@@ -38,9 +38,24 @@ def usage_error(pytester, tmp_path, *args):
     (["--perfmodel-profile=huge"], "argument --perfmodel-profile: invalid choice: 'huge'"),
     (["--perfmodel-threads=two"], "argument --perfmodel-threads: invalid int value: 'two'"),
     (["--perfmodel-threads=0"], "ERROR: --perfmodel-threads must be >= 1, got 0"),
-    (["--perfmodel-budget=-1"], "ERROR: --perfmodel-budget must be > 0"),
-    (["--perfmodel-budget=nan"], "ERROR: --perfmodel-budget must be > 0"),
-    (["--perfmodel-target-ci=1.5"], "--perfmodel-target-ci in (0, 1)"),
+    # 0 is not "the default": every bad number is named with its value
+    (["--perfmodel-budget=0"],
+     "ERROR: --perfmodel-budget: must be a positive number of seconds, got 0"),
+    (["--perfmodel-budget=-1"],
+     "ERROR: --perfmodel-budget: must be a positive number of seconds, got -1"),
+    (["--perfmodel-budget=nan"],
+     "ERROR: --perfmodel-budget: must be a positive number of seconds, got nan"),
+    (["--perfmodel-budget=inf"],
+     "ERROR: --perfmodel-budget: must be a positive number of seconds, got inf"),
+    (["--perfmodel-collective-timeout=0"],
+     "ERROR: --perfmodel-collective-timeout: must be a positive number of seconds, got 0"),
+    (["--perfmodel-collective-timeout=nan"],
+     "ERROR: --perfmodel-collective-timeout: must be a positive number of seconds, got nan"),
+    (["--perfmodel-target-ci=1.5"],
+     "ERROR: --perfmodel-target-ci: must be a fraction in (0, 1), got 1.5"),
+    (["--perfmodel-target-ci=nan"],
+     "ERROR: --perfmodel-target-ci: must be a fraction in (0, 1), got nan"),
+    (["--perfmodel-ranks=0"], "ERROR: --perfmodel-ranks must be >= 1, got 0"),
     (["--perfmodel-plant-bias=conv9d=1.1"], "ERROR: --perfmodel-plant-bias: bad bias 'conv9d=1.1'"),
     (["--perfmodel-plant-bias=linear=0"], "ERROR: --perfmodel-plant-bias: bad bias 'linear=0'"),
     (["--perfmodel-rounds=0"], "ERROR: --perfmodel-rounds must be >= 1, got 0"),
@@ -76,3 +91,24 @@ def test_bad_pyproject_is_one_line_and_exit_4(pytester, tmp_path, toml, expected
     line = usage_error(pytester, tmp_path)
     assert line.startswith(f"ERROR: {pytester.path / 'pyproject.toml'}: "), line
     assert expected in line, line
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--perfmodel-budget=0"],
+     "ERROR: --perfmodel-budget: must be a positive number of seconds, got 0"),
+    (["--perfmodel-collective-timeout=-5"],
+     "ERROR: --perfmodel-collective-timeout: must be a positive number of seconds, got -5"),
+    (["--perfmodel-device=tpu"], "ERROR: --perfmodel-device: unknown device 'tpu'"),
+])
+def test_the_ranks_parent_checks_options_before_it_launches_mpiexec(pytester, tmp_path,
+                                                                    monkeypatch, args, expected):
+    """``--perfmodel-ranks`` re-runs pytest under mpiexec from ``pytest_cmdline_main``,
+    before ``pytest_configure``: the parent checks the options first, so a bad one
+    is one line, not one per rank, and nothing is launched."""
+    import subprocess
+
+    launched = []
+    monkeypatch.setattr(subprocess, "call", lambda *a, **k: launched.append(a) or 0)
+    line = usage_error(pytester, tmp_path, "--perfmodel-ranks=2", *args)
+    assert expected in line, line
+    assert launched == []
