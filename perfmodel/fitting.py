@@ -611,3 +611,27 @@ def load_latest_fit(store: ResultStore, threads: int | None = None
         if threads is None or fit.threads == threads:
             return fit, problems
     return None, problems
+
+
+def current_fit(store: ResultStore, device: DeviceSpec, run_id: str
+                ) -> tuple[FitReport | None, list[str]]:
+    """The fit that predicts for ``device`` now, and the problems met loading
+    the stored data: the newest stored fit of its thread count when it was
+    trained on exactly the run files that qualify now (:func:`fit_run_ids`, at
+    this process's allocator policy) and none of its predictors is stale (so
+    repeated E2E runs predict with the same model); otherwise, after new
+    measurements say, a fresh fit of every qualifying record, saved as
+    ``run_id``'s. With no qualifying measurements, the newest fit of that thread
+    count (None when there is none)."""
+    from perfmodel.allocator import allocator_policy
+
+    loaded = store.load("measurement")
+    latest, problems = load_latest_fit(store, threads=device.threads)
+    allocator = allocator_policy()
+    runs = fit_run_ids(loaded.records, device, allocator)
+    if runs and (latest is None or list(latest.data_runs) != runs or latest.stale):
+        fit = fit_predictors(loaded.records, device, allocator=allocator)
+        fit.data_runs = tuple(runs)
+        save_fit(fit, store, run_id, runs)
+        return fit, loaded.problems + problems
+    return latest, loaded.problems + problems

@@ -742,3 +742,27 @@ def _warnings(baseline: Baseline, device_key: str | None, env: Mapping | None) -
 
 def _version_text(value: object) -> str:
     return "not recorded" if value is None else str(value)
+
+
+@dataclass
+class WorkloadRuns:
+    """What the gate reads from a session's E2E results, per workload, in run
+    order: signed errors (fractions), predicted times the drift check compares
+    (s, :attr:`~perfmodel.e2e.E2EResult.model_predicted_s`) and (predicted,
+    traced) host gaps (s; only runs that traced them)."""
+
+    errors: dict[str, list[float]] = field(default_factory=dict)
+    predicted_s: dict[str, list[float]] = field(default_factory=dict)
+    overhead_s: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, results) -> WorkloadRuns:
+        """The runs of ``results`` (:class:`~perfmodel.e2e.E2EResult`)."""
+        out = cls()
+        for r in results:
+            out.errors.setdefault(r.workload, []).append(r.signed_error)
+            out.predicted_s.setdefault(r.workload, []).append(r.model_predicted_s)
+            if r.traced_gaps_s is not None:
+                out.overhead_s.setdefault(r.workload, []).append(
+                    (r.predicted_gaps_s, r.traced_gaps_s))
+        return out

@@ -227,7 +227,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
                                     yellow=True)
         return
     if pm is None or not (pm.accuracy or pm.e2e or pm.user_models or pm.gate.lines or pm.problems
-                          or pm.notes):
+                          or pm.notes or pm.wide_spread):
         return
     from pytest_perfmodel.summary import summary_lines
 

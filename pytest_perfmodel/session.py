@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.gate import Verdict, check_errors, error_fails, load_baseline, save_baseline
+from perfmodel.gate import (Verdict, WorkloadRuns, check_errors, error_fails, load_baseline,
+                            save_baseline)
 from perfmodel.settings import Settings
 from perfmodel.store import ResultStore, new_run_id
 
@@ -98,6 +99,10 @@ class PerfmodelSession:
         self.workers_reported = 0
         self._graphs: dict = {}  # workload -> task Graph traced this session
         self.notes: list[str] = []  # informational lines for the summary
+        #: Microbench measurements taken, and the ids of those whose spread was
+        #: wide (:attr:`perfmodel.timing.Measurement.wide_spread`), for the summary.
+        self.measured = 0
+        self.wide_spread: list[str] = []
         self.problems: list[str] = []  # unreadable result files, reported in the summary
         self.gate = GateOutcome()
 
@@ -183,6 +188,9 @@ class PerfmodelSession:
             pytest.skip(str(exc))
         speed = self.host_speed()
         for replicate, m in enumerate(measurements):
+            self.measured += 1
+            if m.wide_spread:
+                self.wide_spread.append(f"{case.id} (replicate {replicate})")
             record = measurement_record(case, m, replicate, self.env)
             if speed is not None:
                 record["host_speed"] = speed
@@ -224,30 +232,13 @@ class PerfmodelSession:
     def fit(self):
         """Predictors fitted on the stored measurements of this device taken
         at this session's thread count (``--perfmodel-threads``) and host allocator
-        policy (:mod:`perfmodel.allocator`); collectives at any.
-
-        The newest stored fit of that thread count is reused when it was trained
-        on exactly the run files that qualify now (so repeated ``-m e2e`` runs
-        predict with the same model) and none of its predictors is stale (see
-        :attr:`~perfmodel.fitting.FitReport.stale`); otherwise, including after
-        new measurements, it refits and saves the fit. With no such measurements
-        the newest fit of that thread count is used (None when there is none).
-        """
+        policy; collectives at any (:func:`perfmodel.fitting.current_fit`: the
+        newest stored fit when nothing new qualifies, else a fresh one, saved)."""
         if self._fit is None:
-            from perfmodel.allocator import allocator_policy
-            from perfmodel.fitting import fit_predictors, fit_run_ids, load_latest_fit, save_fit
+            from perfmodel.fitting import current_fit
 
-            loaded = self.store.load("measurement")
-            latest, problems = load_latest_fit(self.store, threads=self.device.threads)
-            self._note_problems(loaded.problems + problems)
-            allocator = allocator_policy()
-            runs = fit_run_ids(loaded.records, self.device, allocator)
-            if runs and (latest is None or list(latest.data_runs) != runs or latest.stale):
-                self._fit = fit_predictors(loaded.records, self.device, allocator=allocator)
-                self._fit.data_runs = tuple(runs)
-                save_fit(self._fit, self.store, self.run_id, runs)
-            else:
-                self._fit = latest
+            self._fit, problems = current_fit(self.store, self.device, self.run_id)
+            self._note_problems(problems)
         return self._fit
 
     def _required_fit(self):
@@ -536,14 +527,8 @@ class PerfmodelSession:
             return self.gate
         if not self.e2e and not self.e2e_expected:
             return self.gate
-        errors: dict[str, list[float]] = {}
-        predicted: dict[str, list[float]] = {}
-        overhead: dict[str, list[tuple[float, float]]] = {}
-        for r in self.e2e:
-            errors.setdefault(r.workload, []).append(r.signed_error)
-            predicted.setdefault(r.workload, []).append(r.model_predicted_s)
-            if r.traced_gaps_s is not None:
-                overhead.setdefault(r.workload, []).append((r.predicted_gaps_s, r.traced_gaps_s))
+        runs = WorkloadRuns.of(self.e2e)
+        errors, predicted, overhead = runs.errors, runs.predicted_s, runs.overhead_s
         path = self.store.baseline_path(self.options.profile)
         if self.options.save_baseline:
             if errors:

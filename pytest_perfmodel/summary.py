@@ -7,6 +7,7 @@ import textwrap
 
 from perfmodel.ops.collective import HOST_CPU, LOADED
 from perfmodel.predict import furthest_beyond
+from perfmodel.timing import WIDE_SPREAD_REL_IQR
 from pytest_perfmodel.session import PerfmodelSession
 
 #: Columns the block fits in. Longer gate warnings (prose) are wrapped; a FAIL
@@ -97,6 +98,10 @@ def summary_lines(pm: PerfmodelSession, quiet: bool = False) -> list[str]:
                              f" (at the fit's speed {_ms(r.model_predicted_s).strip()})")
     if not quiet:
         lines.extend(pm.notes)
+    if pm.wide_spread:
+        shown = ", ".join(pm.wide_spread[:3]) + (", ..." if len(pm.wide_spread) > 3 else "")
+        lines.append(f"WARN {len(pm.wide_spread)} of {pm.measured} measurements spread wide "
+                     f"(IQR over {WIDE_SPREAD_REL_IQR:.0%} of the median: a noisy host?): {shown}")
     for problem in pm.problems:
         lines.append(f"WARNING unreadable result data skipped: {problem}")
     if pm.gate.lines:

@@ -67,6 +67,8 @@ def worker_output(pm) -> str:
         "gate_lines": list(pm.gate.lines),
         "notes": list(pm.notes),
         "problems": list(pm.problems),
+        "measured": pm.measured,
+        "wide_spread": list(pm.wide_spread),
         "device": None if pm._device is None else pm._device.to_dict(),
         "env": pm._env,
         "device_unavailable": pm.device_unavailable,
@@ -87,6 +89,8 @@ def merge_worker_output(pm, text: str) -> None:
     # a workload one worker could not build is not gated (its WARN line says so)
     pm.e2e_expected = expected if pm.workers_reported == 0 else pm.e2e_expected & expected
     pm.workers_reported += 1
+    pm.measured += data["measured"]
+    pm.wide_spread.extend(data["wide_spread"])
     for mine, theirs in ((pm.gate.lines, data["gate_lines"]), (pm.notes, data["notes"]),
                          (pm.problems, data["problems"])):
         mine.extend(line for line in theirs if line not in mine)

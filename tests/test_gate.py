@@ -574,3 +574,20 @@ def test_error_fails_is_the_error_check_alone():
     assert not error_fails("new", 5.0, base, policy)  # no baseline entry: never a failure
     ceiling = GatePolicy(k=3.0, min_margin=0.01, ceilings={"w": 0.02})
     assert error_fails("w", 0.03, base, ceiling)
+
+
+def test_workload_runs_group_a_sessions_results_in_run_order():
+    from types import SimpleNamespace
+
+    from perfmodel.gate import WorkloadRuns
+
+    def result(workload, error, predicted, gaps=None):
+        return SimpleNamespace(workload=workload, signed_error=error, model_predicted_s=predicted,
+                               traced_gaps_s=None if gaps is None else gaps[1],
+                               predicted_gaps_s=None if gaps is None else gaps[0])
+
+    runs = WorkloadRuns.of([result("a", 0.01, 1.0, (0.1, 0.2)), result("b", -0.02, 2.0),
+                            result("a", 0.03, 1.5)])
+    assert runs.errors == {"a": [0.01, 0.03], "b": [-0.02]}
+    assert runs.predicted_s == {"a": [1.0, 1.5], "b": [2.0]}
+    assert runs.overhead_s == {"a": [(0.1, 0.2)]}

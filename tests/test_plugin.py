@@ -553,3 +553,18 @@ def test_profile_notes_name_the_profile_that_fits():
 
     assert "--perfmodel-profile gpu" in profile_note("quick", "cuda")
     assert profile_note("quick", "cpu") is None and profile_note("gpu", "cuda") is None
+
+
+def test_summary_warns_of_measurements_that_spread_wide(pytester, planted_results, monkeypatch):
+    """Every measurement counts as wide (the threshold planted below 0): one WARN
+    line counts them and names the first three; a quiet run shows it too."""
+    results, _ = planted_results
+    pytester.makepyfile(MICRO_SUITE)
+    monkeypatch.setattr("perfmodel.timing.WIDE_SPREAD_REL_IQR", -1.0)
+    out = run(pytester, results, "-m", "microbench", "-k", "float32-M1-", "-q",
+              "--perfmodel-budget=0.01")
+    n = out.parseoutcomes()["passed"]
+    assert n >= 1
+    out.stdout.fnmatch_lines([f"WARN {2 * n} of {2 * n} measurements spread wide (IQR over *% "
+                              f"of the median: a noisy host?):",
+                              "     addmm-forward-float32-M1-* (replicate 0), *"])
