@@ -1,10 +1,11 @@
-"""Shared fixtures of the project's tests."""
+"""Shared fixtures of the project's tests (plain helpers: tests/helpers.py)."""
 
-import json
 import os
 
 import pytest
 from hypothesis import settings
+
+from tests.helpers import FUZZ_KEY, THREADS, plant_cpu_spec, planted_spec
 
 pytest_plugins = ["pytester"]
 
@@ -15,57 +16,30 @@ pytest_plugins = ["pytester"]
 settings.register_profile("perfmodel", derandomize=True, database=None, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "perfmodel"))
 
-#: Threads the plugin tests pin torch to; the planted device spec matches it.
-THREADS = 1
+
+@pytest.fixture(scope="module")
+def heavy_modules_loaded_once():
+    """pytester's in-process runs drop the modules a run imported when it ends;
+    torch cannot be imported twice in one process, so load it (and the library
+    modules that import it) before the first run. Modules that run the plugin
+    in-process use it with ``pytestmark = pytest.mark.usefixtures(...)``."""
+    import perfmodel.device  # noqa: F401
+    import perfmodel.e2e  # noqa: F401
+    import perfmodel.fitting  # noqa: F401
+    import perfmodel.report.build  # noqa: F401
+    import perfmodel.trace  # noqa: F401
+    import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401
+    import torch.nn.functional  # noqa: F401
+    import torch.profiler  # noqa: F401
 
 
 @pytest.fixture
 def planted_results(tmp_path):
     """A results root holding a planted CPU spec for this machine's key, so that
     plugin runs skip the (slow) CPU measurement. Returns (root, device_key)."""
-    from perfmodel.device import cpu_device_key
-
-    key = cpu_device_key()
     root = tmp_path / "results"
-    (root / key).mkdir(parents=True)
-    spec = {"kind": "cpu", "name": "planted test CPU", "key": key, "index": None,
-            "peak_flops": {"float32": 1e11, "bfloat16": 3e9}, "mem_bandwidth_Bps": 3e10,
-            "l2_bytes": 1 << 20, "llc_bytes": 32 << 20, "compute_units": 2, "clock_hz": None,
-            "threads": THREADS, "source": "measured"}
-    (root / key / "device.json").write_text(json.dumps(spec))
-    return root, key
-
-
-def tiny_mlp(inputs: int = 16, hidden: int = 32, batch: int = 8):
-    """A seeded tiny MLP with a foreach SGD optimizer and one batch: (model, opt, x, y)."""
-    import torch
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(inputs, hidden), torch.nn.ReLU(),
-                                torch.nn.Linear(hidden, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, foreach=True)
-    return model, opt, torch.randn(batch, inputs), torch.randn(batch, 1)
-
-
-def tiny_mlp_step(**sizes):
-    """One training step (zero_grad, MSE loss, backward, SGD step) of :func:`tiny_mlp`."""
-    import torch
-
-    model, opt, x, y = tiny_mlp(**sizes)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
-
-    return step
-
-
-def planted_spec(root, key):
-    """The DeviceSpec that :func:`planted_results` wrote under ``root``/``key``."""
-    from perfmodel.device import DeviceSpec
-
-    return DeviceSpec.from_dict(json.loads((root / key / "device.json").read_text()))
+    return root, plant_cpu_spec(root)
 
 
 @pytest.fixture
@@ -89,3 +63,25 @@ def planted_linear_fit(planted_results):
                for c in cases for r in (0, 1)]
     save_fit(fit_predictors(records, spec), ResultStore(root, key), "planted", ["planted"])
     return root, key
+
+
+@pytest.fixture(scope="module")
+def saved_fit(tmp_path_factory):
+    """A small fit saved the normal way: one roofline predictor of addmm.forward,
+    under device key ``FUZZ_KEY``. Returns {file name: bytes}."""
+    import numpy as np
+
+    from perfmodel.fitting import FitReport, OpAccuracy, OpPredictor, load_fit, save_fit
+    from perfmodel.predictors import RooflineRegressor
+    from perfmodel.store import ResultStore
+
+    X = np.array([[1e6 * i, 0, 0, 1e4 * i] for i in range(1, 9)], dtype=float)
+    est = RooflineRegressor(peaks=[1e11, 1e11, 1e11, 3e10]).fit(X, 2e-6 + X[:, 0] / 5e10)
+    accuracy = OpAccuracy("addmm", "forward", 8, 16, "roofline", "planted", 0.1, 0.1, 0.2,
+                          0.2, 0.05, 8)
+    report = FitReport({("addmm", "forward"): OpPredictor("addmm", "forward", "roofline", est)},
+                       {("addmm", "forward"): accuracy})
+    store = ResultStore(tmp_path_factory.mktemp("fit"), FUZZ_KEY)
+    folder = save_fit(report, store, "run-1", ["r1"])
+    assert load_fit(folder).predictors  # the unmutated fit loads
+    return {p.name: p.read_bytes() for p in folder.iterdir()}

@@ -5,7 +5,7 @@ import pytest
 from perfmodel.bench import (CaseUnsupported, TimerSettings, benchmark_case, estimated_call_s,
                              measurement_record, unsupported_reason)
 from perfmodel.ops import OpCase
-from tests.test_fitting import SPEC
+from tests.helpers import SPEC
 
 TINY = OpCase("addmm", "forward", "float32", (("M", 8), ("N", 8), ("K", 8)))
 HUGE = OpCase("addmm", "forward", "bfloat16", (("M", 4096), ("N", 4096), ("K", 4096)))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import THREADS
+from tests.helpers import run_plugin
 
 SUITE = """
 import pytest
@@ -19,12 +19,7 @@ pytestmark = pytest.mark.perfmodel_ops("add")
 #: One cheap config: a few microseconds per call, timed in blocks.
 ONE_CASE = "add-forward-float32-ROWS278-COLS8"
 
-
-@pytest.fixture(autouse=True, scope="module")
-def heavy_modules_loaded_once():
-    """torch cannot be imported twice in one process (see test_plugin.py)."""
-    import perfmodel.device  # noqa: F401
-    import torch  # noqa: F401
+pytestmark = pytest.mark.usefixtures("heavy_modules_loaded_once")
 
 
 @pytest.fixture(autouse=True)
@@ -35,10 +30,9 @@ def outside_xdist(monkeypatch):
 
 
 def run(pytester, results, *args):
+    """The plugin run over ``SUITE``, timing ``ONE_CASE`` only."""
     pytester.makepyfile(SUITE)
-    return pytester.runpytest_inprocess(
-        "-p", "no:cacheprovider", f"--perfmodel-results={results}",
-        f"--perfmodel-threads={THREADS}", "--perfmodel-budget=0.01", "-k", ONE_CASE, *args)
+    return run_plugin(pytester, results, "--perfmodel-budget=0.01", "-k", ONE_CASE, *args)
 
 
 def stored_samples(results, key):

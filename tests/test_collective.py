@@ -194,7 +194,7 @@ def test_every_curve_is_scored_from_one_world_sizes_quick_sweep(sizes, scored):
     """A collective's 16 sizes at one world size (what the loaded times cover)
     are enough to choose among the curves, unlike a learned predictor's 16."""
     from perfmodel.fitting import MIN_CONFIGS_FOR_CURVES, Sample, fit_op
-    from tests.test_fitting import SPEC
+    from tests.helpers import SPEC
 
     assert 8 < MIN_CONFIGS_FOR_CURVES <= 16
     samples = [Sample("float32", (("bytes", 8 * 4 ** k), ("world_size", 2)),

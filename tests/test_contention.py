@@ -14,6 +14,7 @@ from perfmodel.graph import Graph, Task
 from perfmodel.ops import get_op
 from perfmodel.overheads import table_from_samples
 from perfmodel.predict import sim_tasks
+from tests.helpers import ConstantFit
 
 SGD = {"NTENSORS": 14, "NUMEL": 370172}
 LINEAR = {"B": 256, "IN": 100, "OUT": 256, "GRAD_INPUT": 1}
@@ -151,20 +152,6 @@ def test_one_rank_measures_itself_alone_and_together():
     assert contention.bandwidth_Bps > 1e8 and contention.together_Bps > 1e8
 
 
-class _Fit:
-    def __init__(self, seconds):
-        self.seconds = seconds
-
-    def predictor(self, op, direction):
-        fit = self
-
-        class P:
-            def predict(self, dtype, params_list):
-                return np.full(len(params_list), fit.seconds)
-
-        return P()
-
-
 def test_sim_tasks_applies_the_host_op_hook_to_op_tasks_only():
     tasks = [Task("op", "aten::linear", "gemm", op="linear", direction="forward",
                   dtype="float32", params=dict(LINEAR)),
@@ -176,8 +163,9 @@ def test_sim_tasks_applies_the_host_op_hook_to_op_tasks_only():
         seen.append(task.op)
         return 2 * s
 
-    out, _ = sim_tasks(Graph(tasks, None), _Fit(1e-3), table, False, host_op_s=twice)
+    out, _ = sim_tasks(Graph(tasks, None), ConstantFit(1e-3), table, False,
+                       host_op_s=twice)
     assert seen == ["linear"]
     assert out[0].host_s == pytest.approx(2e-3)
-    plain, _ = sim_tasks(Graph(tasks, None), _Fit(1e-3), table, False)
+    plain, _ = sim_tasks(Graph(tasks, None), ConstantFit(1e-3), table, False)
     assert plain[0].host_s == pytest.approx(1e-3) and plain[1].host_s == out[1].host_s

@@ -19,27 +19,16 @@ from perfmodel.device import (
     match_datasheet,
     parse_device,
 )
+from tests.helpers import cpu_spec
 
 SLUG = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
 
 def planted_cpu_spec(threads=2, **overrides) -> DeviceSpec:
-    fields = dict(
-        kind="cpu",
-        name="Planted CPU",
-        key=cpu_device_key(),
-        index=None,
-        peak_flops={"float32": 1.0e11, "bfloat16": 2.0e9},
-        mem_bandwidth_Bps=3.0e10,
-        l2_bytes=512 * 1024,
-        llc_bytes=32 * 2**20,
-        compute_units=2,
-        clock_hz=2.4e9,
-        threads=threads,
-        source="measured",
-    )
-    fields.update(overrides)
-    return DeviceSpec(**fields)
+    """The synthetic CPU of tests/helpers.py under this machine's CPU key, with its
+    own name, L2 size and clock."""
+    return cpu_spec(**{"name": "Planted CPU", "key": cpu_device_key(), "l2_bytes": 512 * 1024,
+                       "clock_hz": 2.4e9, "threads": threads, **overrides})
 
 
 def must_not_measure(*args, **kwargs):

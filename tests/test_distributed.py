@@ -16,7 +16,7 @@ from perfmodel.device import usable_cpus
 from perfmodel.distributed import (FAULT_VAR, World, _OneRank, launcher_world, local_ranks,
                                    parse_fault, threads_per_rank)
 from pytest_perfmodel.distributed import launch_command, shard_items
-from tests.conftest import THREADS
+from tests.helpers import THREADS
 
 REPO = Path(__file__).resolve().parents[1]
 MPIEXEC = Path(sys.executable).with_name("mpiexec")

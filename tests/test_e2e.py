@@ -2,10 +2,10 @@
 
 import math
 
-import numpy as np
 import pytest
 
 from perfmodel.e2e import E2EResult, IterationTiming, measure_iteration
+from tests.helpers import ConstantFit, tiny_mlp_step
 
 
 class FakeClock:
@@ -57,17 +57,6 @@ def test_the_model_prediction_leaves_out_the_hosts_drift():
     assert record["host_drift"] == drift and record["predicted_fit_speed_s"] == 0.16
 
 
-class _ConstantFit:
-    """Every op predictor says 10 µs per call."""
-
-    def predictor(self, op, direction):
-        class P:
-            def predict(self, dtype, params_list):
-                return np.full(len(params_list), 1e-5)
-
-        return P()
-
-
 def test_hf_gpt2_is_traced_mapped_and_predicted():
     """A model nobody here wrote: GPT-2 from `transformers`, built from a tiny config."""
     pytest.importorskip("transformers")
@@ -77,8 +66,8 @@ def test_hf_gpt2_is_traced_mapped_and_predicted():
 
     step = build_workload("hf_gpt2", "cpu", size="tiny")
     table = table_from_samples([], 30e9)
-    result = predict_step(step.step, step.items, "hf_gpt2", _ConstantFit(), table, "cpu", 30e9,
-                          measure=False)
+    result = predict_step(step.step, step.items, "hf_gpt2", ConstantFit(1e-5), table, "cpu",
+                          30e9, measure=False)
     ops = {t.op for t in result.graph.op_tasks()}
     assert {"addmm", "layer_norm", "sdpa", "linear"} <= ops
     assert result.breakdown_s["gemm"] > 0 and result.breakdown_s["attention"] > 0
@@ -108,8 +97,9 @@ def test_planted_bias_scales_one_op_and_the_overheads():
                         dtype="float32", params={"ROWS": 1, "COLS": 1}),
                    Task("overhead", "T1.iteration.op", "host overhead")], 1.0)
     table = OverheadTable({"T1": 2e-5}, {}, 0.0, 1e10, ())
-    plain = predict_graph(graph, _ConstantFit(), table)
-    biased = predict_graph(graph, _ConstantFit(), table, bias={"linear": 1.1, "overhead": 2.0})
+    plain = predict_graph(graph, ConstantFit(1e-5), table)
+    biased = predict_graph(graph, ConstantFit(1e-5), table,
+                           bias={"linear": 1.1, "overhead": 2.0})
     assert plain.total_s == pytest.approx(4e-5)
     assert biased.breakdown_s["gemm"] == pytest.approx(1.1e-5)
     assert biased.breakdown_s["elementwise"] == pytest.approx(1e-5)
@@ -134,7 +124,6 @@ def test_an_unreadable_samples_file_is_kept_beside_the_new_one(tmp_path):
     that file (``.unreadable``), warns naming it, and starts afresh."""
     from perfmodel.e2e import overheads_dir, trace_workload
     from perfmodel.overheads import load_samples
-    from tests.conftest import tiny_mlp_step
 
     path = overheads_dir(tmp_path) / "mlp.json"
     path.parent.mkdir(parents=True)

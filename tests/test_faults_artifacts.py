@@ -23,9 +23,7 @@ from perfmodel.gate import load_baseline
 from perfmodel.overheads import load_all_samples
 from perfmodel.predictors import load_predictor
 from perfmodel.store import ResultStore
-from tests.test_faults_fuzz import KEY, saved_fit  # noqa: F401  (fixture)
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import FUZZ_KEY as KEY, REPO
 
 
 class Payload:
@@ -50,7 +48,7 @@ def payload(request, tmp_path):
 
 
 @pytest.fixture
-def fit_folder(tmp_path, saved_fit):  # noqa: F811
+def fit_folder(tmp_path, saved_fit):
     folder = tmp_path / "results" / KEY / "predictors" / "run-1"
     folder.mkdir(parents=True)
     for name, content in saved_fit.items():

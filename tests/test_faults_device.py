@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest import THREADS
+from tests.helpers import run_plugin
 
 SUITE = """
 import pytest
@@ -58,17 +58,13 @@ def pytest_sessionfinish(session):
 """
 
 
-@pytest.fixture(autouse=True, scope="module")
-def heavy_modules_loaded_once():
-    """torch cannot be imported twice in one process (see tests/test_plugin.py)."""
-    import perfmodel.device  # noqa: F401
-    import torch.nn.functional  # noqa: F401
+pytestmark = pytest.mark.usefixtures("heavy_modules_loaded_once")
 
 
 def run(pytester, results, *args):
-    return pytester.runpytest_inprocess(
-        "-p", "no:cacheprovider", "-p", "no:randomly", f"--perfmodel-results={results}",
-        f"--perfmodel-threads={THREADS}", "--perfmodel-budget=0.01", "-rs", *args)
+    """The plugin run, in collection order, with short budgets and skip reasons shown."""
+    return run_plugin(pytester, results, "-p", "no:randomly", "--perfmodel-budget=0.01", "-rs",
+                      *args)
 
 
 def stored(results, key):
@@ -117,7 +113,7 @@ def test_fault_inside_the_timed_call_is_unsupported(monkeypatch, exc, reason):
 
     from perfmodel.bench import CaseUnsupported, TimerSettings, benchmark_case
     from perfmodel.ops import OPS, OpCase
-    from tests.test_fitting import SPEC
+    from tests.helpers import SPEC
 
     def make_runner(*args):
         def run():

@@ -14,59 +14,19 @@ import os
 import string
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from perfmodel.fitting import FitReport, OpAccuracy, OpPredictor, load_fit, samples_from_records, save_fit
+from perfmodel.fitting import load_fit, samples_from_records
 from perfmodel.gate import load_baseline, save_baseline
-from perfmodel.predictors import RooflineRegressor
 from perfmodel.settings import SettingsError, load_settings
 from perfmodel.store import SCHEMA_VERSION, ResultStore
+from tests.helpers import FUZZ_KEY as KEY, json_values, mutate
 
-KEY = "cpu-test-1c"
 #: Cases per fuzz test; ``PERFMODEL_FUZZ_EXAMPLES=2000`` for a longer hunt.
 EXAMPLES = int(os.environ.get("PERFMODEL_FUZZ_EXAMPLES", "200"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow,
                                        HealthCheck.function_scoped_fixture])
-
-#: Any JSON value, a few levels deep, with the odd float JSON can carry.
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-2**70, max_value=2**70)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=6),
-    lambda inner: st.lists(inner, max_size=3)
-    | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=8)
-
-
-def _paths(obj, prefix=()):
-    """Every key path into a JSON document (including the root)."""
-    yield prefix
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            yield from _paths(value, prefix + (key,))
-    elif isinstance(obj, list):
-        for index, value in enumerate(obj):
-            yield from _paths(value, prefix + (index,))
-
-
-def mutate(data, doc):
-    """``doc`` with one value replaced, one key dropped, or one key added, at a
-    path Hypothesis chooses: near-valid documents reach the deep checks."""
-    doc = json.loads(json.dumps(doc))
-    path = data.draw(st.sampled_from(list(_paths(doc))))
-    action = data.draw(st.sampled_from(["replace", "drop", "add"]))
-    if not path:
-        return data.draw(json_values)
-    parent = doc
-    for key in path[:-1]:
-        parent = parent[key]
-    if action == "replace" or isinstance(parent, list):
-        parent[path[-1]] = data.draw(json_values)
-    elif action == "drop":
-        del parent[path[-1]]
-    else:
-        parent[data.draw(st.text(max_size=6))] = data.draw(json_values)
-    return doc
 
 
 def as_text(doc) -> str:
@@ -138,22 +98,7 @@ def test_baseline_loader_loads_or_names_the_file(tmp_path_factory, data):
         assert math.isfinite(entry.mean) and math.isfinite(entry.spread) and entry.spread >= 0
 
 
-# -- fitted predictors (fitting.load_fit) ---------------------------------------------
-@pytest.fixture(scope="module")
-def saved_fit(tmp_path_factory):
-    """A small fit saved the normal way: one roofline predictor of addmm.forward."""
-    X = np.array([[1e6 * i, 0, 0, 1e4 * i] for i in range(1, 9)], dtype=float)
-    est = RooflineRegressor(peaks=[1e11, 1e11, 1e11, 3e10]).fit(X, 2e-6 + X[:, 0] / 5e10)
-    accuracy = OpAccuracy("addmm", "forward", 8, 16, "roofline", "planted", 0.1, 0.1, 0.2,
-                          0.2, 0.05, 8)
-    report = FitReport({("addmm", "forward"): OpPredictor("addmm", "forward", "roofline", est)},
-                       {("addmm", "forward"): accuracy})
-    store = ResultStore(tmp_path_factory.mktemp("fit"), KEY)
-    folder = save_fit(report, store, "run-1", ["r1"])
-    assert load_fit(folder).predictors  # the unmutated fit loads
-    return {p.name: p.read_bytes() for p in folder.iterdir()}
-
-
+# -- fitted predictors (fitting.load_fit; the saved_fit fixture is in conftest.py) -----
 @FUZZ
 @given(data=st.data())
 def test_fit_loader_loads_or_names_the_file(tmp_path_factory, saved_fit, data):

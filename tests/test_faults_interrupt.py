@@ -2,15 +2,15 @@
 killed with SIGINT or SIGKILL at a random point must leave a loadable store holding
 every record of every item pytest reported as passed.
 
-The fast version (CI) kills 3 sessions; the long one (``-m faults_long``) kills
-``PERFMODEL_KILLS`` sessions (default 24, half of each signal)::
+The fast version (CI) kills 3 sessions, each a few items into its sweep; the long
+one (``-m faults_long``) kills ``PERFMODEL_KILLS`` sessions (default 24, half of
+each signal)::
 
     .venv/bin/pytest tests/test_faults_interrupt.py -m faults_long -s
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
@@ -24,15 +24,22 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.ops import OpCase, get_op
 from perfmodel.store import ResultStore
+from tests.helpers import REPO, case_id, plant_cpu_spec
 
-REPO = Path(__file__).resolve().parents[1]
 #: 32 cheap smoke items (8 configs each), about 0.3 s apiece here.
 SELECT = "relu or mul or sigmoid or tanh"
 #: Sampling budget per item and replicate (s): ~0.25 s per item, ~8 s per sweep.
 BUDGET_S = 0.1
 PASSED = re.compile(r"::test_microbench\[(?P<id>[^\]]+)\] PASSED")
+#: The CI test's signals come this many PASSED items into the 32-item sweep, plus a
+#: seeded delay of at most ``CI_MAX_DELAY_S``: 28 items are still to run then, each
+#: of them at least two 20 ms warm-ups long (one per replicate), so the signal finds
+#: the session mid-sweep however fast the CPU.
+CI_KILL_AFTER = 4
+CI_MAX_DELAY_S = 0.2
+#: How long a session may take to print the PASSED line the kill waits for (s).
+PASSED_TIMEOUT_S = 120
 
 
 @dataclass
@@ -49,29 +56,12 @@ class Kill:
     problems: list[str]
 
 
-def planted_root(root: Path) -> str:
-    """A results root whose cached CPU spec spares the session the CPU measurement."""
-    from perfmodel.device import cpu_device_key
-
-    key = cpu_device_key()
-    (root / key).mkdir(parents=True, exist_ok=True)
-    spec = {"kind": "cpu", "name": "planted test CPU", "key": key, "index": None,
-            "peak_flops": {"float32": 1e11, "bfloat16": 3e9}, "mem_bandwidth_Bps": 3e10,
-            "l2_bytes": 1 << 20, "llc_bytes": 32 << 20, "compute_units": 2, "clock_hz": None,
-            "threads": 1, "source": "measured"}
-    (root / key / "device.json").write_text(json.dumps(spec))
-    return key
-
-
-def case_id(record: dict) -> str:
-    op = get_op(record["op"])
-    config = tuple((p, record["config"][p]) for p in op.params)
-    return OpCase(record["op"], record["direction"], record["dtype"], config).id
-
-
-def kill_session(root: Path, key: str, sig: signal.Signals, delay_s: float) -> Kill:
+def kill_session(root: Path, key: str, sig: signal.Signals, delay_s: float,
+                 after_passed: int = 1) -> Kill:
     """Start a microbench session writing into ``root``, kill it ``delay_s`` after
-    its first PASSED item (or when it ends first), and account for what it wrote."""
+    its ``after_passed``-th PASSED item (unless it has ended by then), and account
+    for what it wrote. Fails, showing the session's last output, when that PASSED
+    line does not come within ``PASSED_TIMEOUT_S`` or before the session ends."""
     store = ResultStore(root, key)
     before = set(store.runs_dir.glob("*.jsonl")) if store.runs_dir.is_dir() else set()
     proc = subprocess.Popen(
@@ -85,17 +75,31 @@ def kill_session(root: Path, key: str, sig: signal.Signals, delay_s: float) -> K
         # raises KeyboardInterrupt: restore the default so SIGINT really interrupts.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines: list[str] = []
-    first_pass = threading.Event()
+    passes = [0]  # PASSED lines read so far
+    ended = threading.Event()  # the session's output ended
+    due = threading.Event()  # set at the after_passed-th PASSED line, or when output ends
 
     def read() -> None:
         for line in proc.stdout:
             lines.append(line)
             if PASSED.search(line):
-                first_pass.set()
+                passes[0] += 1
+                if passes[0] == after_passed:
+                    due.set()
+        ended.set()
+        due.set()  # wake the waiter, which then finds too few PASSED lines
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    first_pass.wait(timeout=120)
+    reached = due.wait(timeout=PASSED_TIMEOUT_S) and passes[0] >= after_passed
+    if not reached:
+        why = "before the session ended" if ended.is_set() else f"within {PASSED_TIMEOUT_S} s"
+        proc.kill()
+        proc.wait(timeout=120)
+        reader.join(timeout=30)
+        pytest.fail(f"{sig.name} session printed {passes[0]} PASSED lines {why}, not the "
+                    f"{after_passed} the signal waits for; its output ends:\n"
+                    + "".join(lines[-40:]), pytrace=False)
     time.sleep(delay_s)
     killed = proc.poll() is None
     if killed:
@@ -130,15 +134,15 @@ def check(kill: Kill) -> None:
     assert 2 * len(kill.passed) <= kill.records <= 2 * len(kill.passed) + 2, kill
 
 
-def run_kills(root: Path, signals: list[signal.Signals], seed: int,
-              max_delay_s: float) -> list[Kill]:
+def run_kills(root: Path, signals: list[signal.Signals], seed: int, max_delay_s: float,
+              after_passed: int = 1) -> list[Kill]:
     """Kill one session per signal, one after the other, all into ``root``."""
-    key = planted_root(root)
+    key = plant_cpu_spec(root)
     rng = random.Random(seed)
     kills = []
     for sig in signals:  # until each signal has hit a running session (at most 3 tries)
         for _ in range(3):
-            kill = kill_session(root, key, sig, rng.uniform(0, max_delay_s))
+            kill = kill_session(root, key, sig, rng.uniform(0, max_delay_s), after_passed)
             check(kill)
             kills.append(kill)
             if kill.killed:
@@ -150,7 +154,7 @@ def run_kills(root: Path, signals: list[signal.Signals], seed: int,
 
 
 def run_kills_at_once(root: Path, signals: list[signal.Signals], seed: int,
-                      max_delay_s: float) -> list[Kill]:
+                      max_delay_s: float, after_passed: int = 1) -> list[Kill]:
     """The same, with the sessions running side by side, each into its own root
     (start-up, mostly importing torch, dominates a session: this keeps CI short)."""
     from concurrent.futures import ThreadPoolExecutor
@@ -159,8 +163,8 @@ def run_kills_at_once(root: Path, signals: list[signal.Signals], seed: int,
     jobs = [(root / f"kill{i}", sig, rng.uniform(0, max_delay_s))
             for i, sig in enumerate(signals)]
     with ThreadPoolExecutor(len(jobs)) as pool:
-        kills = list(pool.map(lambda job: kill_session(job[0], planted_root(job[0]), *job[1:]),
-                              jobs))
+        kills = list(pool.map(lambda job: kill_session(job[0], plant_cpu_spec(job[0]), *job[1:],
+                                                       after_passed), jobs))
     for kill in kills:
         check(kill)
     return kills
@@ -182,9 +186,10 @@ def report(kills: list[Kill]) -> str:
 
 
 def test_killed_sessions_keep_every_passed_record(tmp_path):
-    """CI: one SIGINT and two SIGKILLs, each within 2 s of the first passed item."""
+    """CI: one SIGINT and two SIGKILLs, each at most ``CI_MAX_DELAY_S`` after the
+    ``CI_KILL_AFTER``-th of the 32 items passed: always mid-sweep."""
     kills = run_kills_at_once(tmp_path, [signal.SIGINT, signal.SIGKILL, signal.SIGKILL],
-                              seed=1, max_delay_s=2.0)
+                              seed=1, max_delay_s=CI_MAX_DELAY_S, after_passed=CI_KILL_AFTER)
     print(report(kills))
     assert all(k.killed for k in kills)  # the kills landed mid-sweep
     assert sum(len(k.passed) for k in kills) >= 3

@@ -12,8 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from perfmodel.graph import build_graph
 from perfmodel.trace import TraceError, capture_trace, load_trace
-from tests.conftest import tiny_mlp_step
-from tests.test_faults_fuzz import mutate
+from tests.helpers import mutate, tiny_mlp_step
 
 EXAMPLES = int(os.environ.get("PERFMODEL_FUZZ_EXAMPLES", "200"))
 

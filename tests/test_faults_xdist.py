@@ -13,14 +13,14 @@ import pytest
 
 from perfmodel.bench import REPLICATES
 from perfmodel.store import ResultStore
-from tests.test_faults_interrupt import REPO, case_id, planted_root
+from tests.helpers import REPO, case_id, plant_cpu_spec
 
 pytest.importorskip("xdist")
 
 
 def test_four_xdist_workers_write_every_record_exactly_once(tmp_path):
     root = tmp_path / "results"
-    key = planted_root(root)
+    key = plant_cpu_spec(root)
     junit = tmp_path / "junit.xml"
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "4",

@@ -1,7 +1,6 @@
 """Fitting on planted measurements: splits, noise floor, choice, persistence."""
 
 import json
-import random
 
 import numpy as np
 import pytest
@@ -13,28 +12,7 @@ from perfmodel.fitting import (MIN_CONFIGS, extrapolation_split, fit_predictors,
                                load_latest_fit, random_folds, save_fit)
 from perfmodel.ops import get_op
 from perfmodel.store import ResultStore
-
-SPEC = DeviceSpec(kind="cpu", name="planted", key="cpu-planted-2c", index=None,
-                  peak_flops={"float32": 1e11, "bfloat16": 2e9}, mem_bandwidth_Bps=3e10,
-                  l2_bytes=1 << 20, llc_bytes=32 << 20, compute_units=2, clock_hz=None,
-                  threads=2, source="measured")
-
-
-def planted_records(op_name="linear", noise=0.01, seed=0):
-    """Two replicates per config of a synthetic device: 60% of peak plus 5 us."""
-    rng = random.Random(seed)
-    op = get_op(op_name)
-    records = []
-    for case in op.cases("quick"):
-        true = 5e-6 + op.flops(case.params, case.direction) / (
-            0.6 * SPEC.peak_flops[case.dtype])
-        for replicate in range(2):
-            seconds = true * (1 + rng.gauss(0, noise))
-            records.append({"kind": "measurement", "op": case.op, "direction": case.direction,
-                            "dtype": case.dtype, "config": case.params,
-                            "replicate": replicate, "run_id": "r1",
-                            "measurement": {"median_s": seconds}, "env": {}})
-    return records
+from tests.helpers import SPEC, planted_records
 
 
 def test_splits_hold_out_unseen_configs():

@@ -6,7 +6,7 @@ import pytest
 
 from perfmodel.cli import main
 from perfmodel.forecast import forecast_trace, forecast_workload
-from tests.conftest import THREADS, planted_spec, tiny_mlp_step
+from tests.helpers import THREADS, planted_spec, tiny_mlp_step
 
 
 @pytest.fixture(scope="module")

@@ -14,24 +14,14 @@ from perfmodel.overheads import (OverheadSamples, load_samples, samples_from_gra
 from perfmodel.predict import predict_graph
 from perfmodel.simulate import SimTask, critical_path, simulate
 from perfmodel.trace import TraceNode, capture_trace, load_trace
+from tests.helpers import ConstantFit, tiny_mlp, tiny_mlp_step
 
 BANDWIDTH = 10e9
 
 
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory):
-    import torch
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, foreach=True)
-    x, y = torch.randn(8, 16), torch.randn(8, 1)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
-
+    step = tiny_mlp_step(momentum=0.9)
     files = capture_trace(step, tmp_path_factory.mktemp("g"), "mlp", iterations=2, warmup=2)
     return build_graph(load_trace(files.et, files.kineto, files.calibration))
 
@@ -82,9 +72,8 @@ def test_an_adam_step_is_read_from_its_parameters_not_its_step_counters(tmp_path
     is that of the parameters (4 tensors, 16·32 + 32 + 32 + 1 elements)."""
     import torch
 
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
-    x = torch.randn(8, 16)
+    model, opt, x, _ = tiny_mlp(
+        optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3, foreach=True))
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -188,35 +177,16 @@ def test_bad_overhead_samples_name_the_file(tmp_path, text, message):
     assert str(path) in str(info.value)
 
 
-class _Fit:
-    """A fit whose every predictor says ``seconds`` per call."""
-
-    def __init__(self, seconds, missing=()):
-        self.seconds, self.missing, self.calls = seconds, set(missing), 0
-
-    def predictor(self, op, direction):
-        if op in self.missing:
-            raise LookupError(op)
-        fit = self
-
-        class P:
-            def predict(self, dtype, params_list):
-                fit.calls += 1
-                return np.full(len(params_list), fit.seconds)
-
-        return P()
-
-
 def test_prediction_sums_ops_overheads_and_unmodelled(graph):
     table = table_from_samples([samples_from_graph("mlp", graph, BANDWIDTH)], BANDWIDTH)
-    fit = _Fit(1e-3)
+    fit = ConstantFit(1e-3)
     pred = predict_graph(graph, fit, table)
     n_ops = len(_ops(graph))
     assert pred.breakdown_s["gemm"] == pytest.approx(4e-3)
     assert sum(pred.breakdown_s.values()) == pytest.approx(pred.total_s)
     assert pred.total_s > n_ops * 1e-3
     assert fit.calls == len(set(_ops(graph)))  # one batched call per (op, direction, dtype)
-    missing = predict_graph(graph, _Fit(1e-3, missing={"relu"}), table)
+    missing = predict_graph(graph, ConstantFit(1e-3, missing={"relu"}), table)
     assert missing.no_predictor == {"relu.forward": 1, "relu.backward": 1}
 
 
@@ -286,7 +256,7 @@ def test_calls_beyond_the_fitted_configs_are_reported(graph):
         return OpAccuracy(op, direction, 8, 16, "shape", "", 0.1, 0.1, 0.2, None, None, 0,
                           largest_flops=flops, largest_bytes=moved)
 
-    fit = _Fit(1e-5)
+    fit = ConstantFit(1e-5)
     # the MLP's linears: 8x16x32 and 8x32x1 (8,448 and 528 FLOPs forward, biases included)
     fit.accuracy = {("linear", "forward"): accuracy("linear", "forward", 1024.0, 1e9),
                     ("relu", "forward"): accuracy("relu", "forward", 1e9, 1e9),
@@ -296,7 +266,8 @@ def test_calls_beyond_the_fitted_configs_are_reported(graph):
     pred = predict_graph(graph, fit, table_from_samples([], BANDWIDTH))
     assert pred.beyond_fit == {"linear.forward": (1, pytest.approx(8.25))}
     # a fit that never recorded its range cannot say
-    assert predict_graph(graph, _Fit(1e-5), table_from_samples([], BANDWIDTH)).beyond_fit is None
+    plain = predict_graph(graph, ConstantFit(1e-5), table_from_samples([], BANDWIDTH))
+    assert plain.beyond_fit is None
     fit.accuracy = {("linear", "backward"): accuracy("linear", "backward", None, None)}
     assert beyond_fit(graph.tasks, fit) is None
 
@@ -350,7 +321,7 @@ def test_cuda_kernels_are_tied_to_their_ops_and_simulated_on_streams(tmp_path):
     assert linear.kernels == [kernel] and linear.params == {"B": 64, "IN": 32, "OUT": 16, "GRAD_INPUT": 1}
     assert any(t.sync for t in graph.tasks if t.name == "aten::item")
     table = table_from_samples([samples_from_graph("t", graph, BANDWIDTH)], BANDWIDTH)
-    pred = predict_graph(graph, _Fit(1e-3), table, on_device=True)
+    pred = predict_graph(graph, ConstantFit(1e-3), table, on_device=True)
     assert pred.sim.device_active_s == pytest.approx(1e-3)
     assert pred.total_s >= 1e-3  # the host waits for the kernel at aten::item
     assert any(lane == "stream 7" for lane, *_ in pred.sim.timeline)
@@ -376,7 +347,7 @@ def test_host_waits_for_the_device_are_not_host_overhead(tmp_path):
     assert samples.leaf["aten::item"][0][0] == pytest.approx(20e-6)  # 390 us, less 370
     assert samples_from_graph("t", plain, BANDWIDTH).gaps["T3.iteration"] == [pytest.approx(560e-6)]
     table = table_from_samples([samples], BANDWIDTH)
-    pred = predict_graph(graph, _Fit(400e-6), table, on_device=True)
+    pred = predict_graph(graph, ConstantFit(400e-6), table, on_device=True)
     # the GEMM's 400 us on the device sets the iteration; counted as host
     # overhead too, the waits made it 1.5 ms
     assert 400e-6 <= pred.total_s < 600e-6

@@ -9,6 +9,7 @@ import pytest
 from perfmodel.distributed import mpiexec_path
 from perfmodel.multirank import (MultirankError, comm_host_share, measure_ranks,
                                  oversubscription, run_multirank)
+from tests.helpers import SPEC, ConstantFit, planted_records
 
 def _mpi_missing() -> str | None:
     """Why the mpiexec tests cannot run here, or None."""
@@ -277,7 +278,6 @@ def test_a_stale_fit_at_the_ranks_thread_count_is_one_clear_error(planted_result
     from perfmodel.multirank import require_fit
     from perfmodel.ops import get_op
     from perfmodel.store import ResultStore
-    from tests.test_fitting import SPEC, planted_records
 
     root, key = planted_results
     store = ResultStore(root, key)
@@ -312,7 +312,6 @@ def test_collective_cpu_and_loaded_times_are_fitted_and_priced_beside_its_time()
     from perfmodel.fitting import FitReport, fit_op, samples_from_records
     from perfmodel.multirank import comm_pricer
     from perfmodel.ops.collective import HOST_CPU, LOADED
-    from tests.test_fitting import SPEC
 
     sizes = [2 ** k for k in range(4, 24, 2)]
     records = [_collective_record(s, 1e-4 + s / 1e9, [0.3 * (1e-4 + s / 1e9), 0.5 * (
@@ -343,25 +342,13 @@ def test_collective_cpu_and_loaded_times_are_fitted_and_priced_beside_its_time()
     assert comm_pricer(report)("all_reduce", params)[1:] == (None, None)
 
 
-class _CommFit:
+def _comm_fit():
     """Ops take 1 ms; all_reduce 1 ms idle and 10 ms loaded (measured at 2 ranks)."""
+    from types import SimpleNamespace
 
-    def predictor(self, op, direction):
-        from types import SimpleNamespace
+    from perfmodel.ops.collective import LOADED
 
-        from perfmodel.ops.collective import LOADED
-
-        if direction not in ("forward", LOADED):
-            raise LookupError(direction)
-        seconds = 10e-3 if direction == LOADED else 1e-3
-
-        class P:
-            estimator = SimpleNamespace(world_=[2])
-
-            def predict(self, dtype, params_list):
-                return [seconds] * len(params_list)
-
-        return P()
+    return ConstantFit({"forward": 1e-3, LOADED: 10e-3}, estimator=SimpleNamespace(world_=[2]))
 
 
 def test_a_collective_runs_at_its_loaded_pace_beside_compute_and_idle_after():
@@ -379,15 +366,15 @@ def test_a_collective_runs_at_its_loaded_pace_beside_compute_and_idle_after():
                            dtype="float32", params={}, inputs=(7,))], None)
 
     table = table_from_samples([], BANDWIDTH)
-    own_cores = predict_ranks([graph(), graph()], _CommFit(), table, cpu_share=1.0)
+    own_cores = predict_ranks([graph(), graph()], _comm_fit(), table, cpu_share=1.0)
     # a tenth of the work beside the 1 ms GEMM, the rest at the idle pace, then 1 ms of relu
     assert own_cores.total_s == pytest.approx(2.9e-3)
-    shared = predict_ranks([graph(), graph()], _CommFit(), table, cpu_share=2.0,
+    shared = predict_ranks([graph(), graph()], _comm_fit(), table, cpu_share=2.0,
                            comm_share=comm_host_share(4, 1, 2))
     # time-shared: each host op takes 2 ms and nothing of the collective's CPU time; the
     # collective does a fifth of its work beside the GEMM, the rest (0.8 ms) at the idle pace
     assert shared.total_s == pytest.approx(4.8e-3)
-    charged = predict_ranks([graph(), graph()], _CommFit(), table, cpu_share=2.0,
+    charged = predict_ranks([graph(), graph()], _comm_fit(), table, cpu_share=2.0,
                             comm_share=1.0)
     assert charged.total_s > shared.total_s
 
@@ -404,11 +391,11 @@ def test_the_contention_prices_ops_and_the_cpu_share_the_rest_once():
                         dtype="float32", params={"B": 256, "IN": 100, "OUT": 256}),
                    Task("unmodelled", "aten::foo", "unmodelled", bytes=1e6)], None)
     table = table_from_samples([], BANDWIDTH)
-    alone = predict_ranks([graph], _CommFit(), table)
+    alone = predict_ranks([graph], _comm_fit(), table)
     assert alone.breakdown_s["gemm"] == pytest.approx(1e-3)
     both = Contention(2.0, BANDWIDTH, BANDWIDTH / 2, 4, compute_slowdown=2.0)
     for contention in (both, None):
-        shared = predict_ranks([graph], _CommFit(), table, cpu_share=2.0, contention=contention)
+        shared = predict_ranks([graph], _comm_fit(), table, cpu_share=2.0, contention=contention)
         assert shared.breakdown_s["gemm"] == pytest.approx(2e-3)
         assert shared.breakdown_s["unmodelled"] == pytest.approx(
             2 * alone.breakdown_s["unmodelled"])
@@ -433,15 +420,15 @@ def test_ops_are_moved_by_the_hosts_drift_before_the_contention():
 
     table = table_from_samples([], BANDWIDTH)
     sgd_graph = graph("sgd_foreach", sgd)
-    plain = predict_ranks([sgd_graph], _CommFit(), table).total_s
-    slow = predict_ranks([sgd_graph], _CommFit(), table,
+    plain = predict_ranks([sgd_graph], _comm_fit(), table).total_s
+    slow = predict_ranks([sgd_graph], _comm_fit(), table,
                          drift=HostDrift(2.0, 2.0, bandwidth)).total_s
     assert slow - plain == pytest.approx(1e-3)
     memory_only = HostDrift(1.0, 2.0, bandwidth)
-    assert predict_ranks([sgd_graph], _CommFit(), table,
+    assert predict_ranks([sgd_graph], _comm_fit(), table,
                          drift=memory_only).total_s == pytest.approx(slow)
     beside = Contention(1.5, bandwidth, bandwidth / 1.5, 2)
-    both = predict_ranks([sgd_graph], _CommFit(), table, drift=memory_only,
+    both = predict_ranks([sgd_graph], _comm_fit(), table, drift=memory_only,
                          contention=beside).total_s
     # the drifted 2 ms needs its bytes for half its time: 2 x (1 + 0.5 x 0.5) ms
     assert both - plain == pytest.approx(2.5e-3 - 1e-3)

@@ -6,60 +6,16 @@ import sys
 
 import pytest
 
-from tests.conftest import THREADS
+from tests.helpers import BASE, GATE_SUITE, THREADS, plant_baseline, run_plugin
 
-GATE_SUITE = """
-import pytest
-from perfmodel.e2e import E2EResult, IterationTiming
-
-@pytest.mark.e2e
-@pytest.mark.parametrize("predicted_s", [{predicted}])
-def test_planted(perfmodel_session, predicted_s):
-    # A planted measurement: 100 ms measured, predicted_s predicted.
-    perfmodel_session.record_e2e(
-        E2EResult("mlp_small", IterationTiming(0.1, 0.001, 15, 3, 2560.0), predicted_s))
-"""
-
-
-@pytest.fixture(autouse=True, scope="module")
-def heavy_modules_loaded_once():
-    """pytester's in-process runs drop the modules a run imported when it ends;
-    torch cannot be imported twice in one process, so load it (and the library
-    modules that import it) before the first run."""
-    import perfmodel.device  # noqa: F401
-    import perfmodel.e2e  # noqa: F401
-    import perfmodel.fitting  # noqa: F401
-    import perfmodel.trace  # noqa: F401
-    import torch.nn.functional  # noqa: F401
-    import torch._dynamo  # noqa: F401
-    import torch.profiler  # noqa: F401
-
-
-def run(pytester, results, *args):
-    return pytester.runpytest_inprocess(
-        "-p", "no:cacheprovider", f"--perfmodel-results={results}",
-        f"--perfmodel-threads={THREADS}", *args)
-
-
-def plant_baseline(results, key, errors, device_key=None):
-    """A schema-2 baseline of ``mlp_small`` with ``errors`` from repeated runs."""
-    from perfmodel.gate import save_baseline
-
-    path = results / key / "baseline-smoke.json"
-    save_baseline(path, device_key or key, {"mlp_small": errors}, {})
-    return path
-
-
-# Baseline errors 3%, 4%, 5%: mean 4.00%, spread (sd) 1.00%; with k = 3 the
-# allowed error is 7.00%.
-BASE = [0.03, 0.04, 0.05]
+pytestmark = pytest.mark.usefixtures("heavy_modules_loaded_once")
 
 
 def test_gate_passes_on_unchanged_baseline(pytester, planted_results):
     results, key = planted_results
     plant_baseline(results, key, BASE)
     pytester.makepyfile(GATE_SUITE.format(predicted=0.104))  # error 4%
-    out = run(pytester, results, "-m", "e2e")
+    out = run_plugin(pytester, results, "-m", "e2e")
     assert out.ret == 0
     out.stdout.fnmatch_lines(["ok   mlp_small: E2E error +4.00% within baseline +4.00% ± "
                               "3.0×spread 1.00% (allowed |error| ≤ 7.00%)"])
@@ -70,7 +26,7 @@ def test_gate_fails_on_planted_regression(pytester, planted_results):
     results, key = planted_results
     plant_baseline(results, key, BASE)
     pytester.makepyfile(GATE_SUITE.format(predicted=0.108))  # error 8%
-    out = run(pytester, results, "-m", "e2e")
+    out = run_plugin(pytester, results, "-m", "e2e")
     assert out.ret == pytest.ExitCode.TESTS_FAILED
     out.stdout.fnmatch_lines(["FAIL mlp_small: E2E error +8.00% outside baseline +4.00% ± "
                               "3.0×spread 1.00% (allowed |error| ≤ 7.00%)"])
@@ -95,7 +51,7 @@ def test_planted(perfmodel_session):
     assert again.first_measured_s == 0.1 and again.measured.repeat == 5
     perfmodel_session.record_e2e(again)
 """)
-    out = run(pytester, results, "-m", "e2e")
+    out = run_plugin(pytester, results, "-m", "e2e")
     assert out.ret == pytest.ExitCode.TESTS_FAILED  # an empty step is no closer to 200 ms
     out.stdout.fnmatch_lines(["mlp_small: E2E error +100.00% failed the gate's error check, "
                               "so it was measured again: * (the repeat decides)",
@@ -111,12 +67,12 @@ def test_spread_multiplier_and_ceiling_come_from_pyproject(pytester, planted_res
     plant_baseline(results, key, BASE)
     pytester.makefile(".toml", pyproject="[tool.perfmodel]\ne2e_spread_k = 30\n")
     pytester.makepyfile(GATE_SUITE.format(predicted=0.125))
-    out = run(pytester, results, "-m", "e2e")
+    out = run_plugin(pytester, results, "-m", "e2e")
     assert out.ret == 0
     out.stdout.fnmatch_lines(["ok   mlp_small: * within baseline +4.00% ± 30.0×spread 1.00%*"])
     pytester.makefile(".toml", pyproject="[tool.perfmodel]\ne2e_spread_k = 30\n"
                                          "[tool.perfmodel.e2e_ceilings]\nmlp_small = 0.2\n")
-    out = run(pytester, results, "-m", "e2e")
+    out = run_plugin(pytester, results, "-m", "e2e")
     assert out.ret == pytest.ExitCode.TESTS_FAILED
     out.stdout.fnmatch_lines(["FAIL mlp_small: E2E error +25.00% exceeds the ceiling 20.00%*"])
 
@@ -138,10 +94,10 @@ def test_e2e(workload, perfmodel_session):
         perfmodel_session.record_e2e(
             E2EResult(workload, IterationTiming(0.1, 0.001, 15, 3, 2560.0), 0.104))
 """)
-    out = run(pytester, results, "-m", "e2e")
+    out = run_plugin(pytester, results, "-m", "e2e")
     assert out.ret == pytest.ExitCode.TESTS_FAILED
     out.stdout.fnmatch_lines(["FAIL dlrm_random: in the baseline but produced no E2E result"])
-    out = run(pytester, results, "-m", "e2e", "-k", "mlp_small")
+    out = run_plugin(pytester, results, "-m", "e2e", "-k", "mlp_small")
     assert out.ret == 0 and "dlrm_random" not in out.stdout.str()
 
 
@@ -149,7 +105,7 @@ def test_baseline_from_another_device_warns(pytester, planted_results):
     results, key = planted_results
     plant_baseline(results, key, BASE, device_key="cpu-other-4c")
     pytester.makepyfile(GATE_SUITE.format(predicted=0.104))
-    out = run(pytester, results, "-m", "e2e")
+    out = run_plugin(pytester, results, "-m", "e2e")
     assert out.ret == 0
     out.stdout.fnmatch_lines(["WARN baseline was saved on device 'cpu-other-4c'*"])
 
@@ -157,7 +113,7 @@ def test_baseline_from_another_device_warns(pytester, planted_results):
 def test_missing_baseline_is_a_message_not_a_crash(pytester, planted_results):
     results, key = planted_results
     pytester.makepyfile(GATE_SUITE.format(predicted=0.125))
-    out = run(pytester, results, "-m", "e2e")
+    out = run_plugin(pytester, results, "-m", "e2e")
     assert out.ret == 0
     out.stdout.fnmatch_lines([f"no baseline at {results / key / 'baseline-smoke.json'}; not gating.*"])
 
@@ -165,10 +121,10 @@ def test_missing_baseline_is_a_message_not_a_crash(pytester, planted_results):
 def test_save_baseline_then_gate(pytester, planted_results):
     results, key = planted_results
     pytester.makepyfile(GATE_SUITE.format(predicted=0.11))
-    assert run(pytester, results, "-m", "e2e", "--perfmodel-save-baseline").ret == 0
+    assert run_plugin(pytester, results, "-m", "e2e", "--perfmodel-save-baseline").ret == 0
     saved = json.loads((results / key / "baseline-smoke.json").read_text())
     assert saved["workloads"]["mlp_small"]["mean"] == pytest.approx(0.1)
-    assert run(pytester, results, "-m", "e2e").ret == 0
+    assert run_plugin(pytester, results, "-m", "e2e").ret == 0
 
 
 def test_corrupt_baseline_fails_the_gate_with_its_path(pytester, planted_results):
@@ -176,7 +132,7 @@ def test_corrupt_baseline_fails_the_gate_with_its_path(pytester, planted_results
     path = results / key / "baseline-smoke.json"
     path.write_text("{not json")
     pytester.makepyfile(GATE_SUITE.format(predicted=0.11))
-    out = run(pytester, results, "-m", "e2e")
+    out = run_plugin(pytester, results, "-m", "e2e")
     assert out.ret == pytest.ExitCode.TESTS_FAILED
     out.stdout.fnmatch_lines([f"FAIL perfmodel gate: {path}: *"])
     assert "Traceback" not in out.stdout.str()
@@ -203,7 +159,8 @@ def test_markers_select_and_accuracy_reads_stored_data(pytester, planted_results
     results, key = planted_results
     pytester.makepyfile(MICRO_SUITE)
     pytester.makefile(".toml", pyproject="[tool.perfmodel]\nsmoke_gmae_threshold = 5.0\n")
-    out = run(pytester, results, "--strict-markers", "-m", "microbench", "--perfmodel-budget=0.01")
+    out = run_plugin(pytester, results, "--strict-markers", "-m", "microbench",
+                     "--perfmodel-budget=0.01")
     out.assert_outcomes(passed=32, deselected=2)  # 16 smoke configs x 2 dtypes
     runs = list((results / key / "runs").glob("*.jsonl"))
     assert len(runs) == 1
@@ -218,14 +175,14 @@ def test_markers_select_and_accuracy_reads_stored_data(pytester, planted_results
     # A corrupt file beside the good run: reported by path, the rest still loads.
     bad = results / key / "runs" / "zz-corrupt.jsonl"
     bad.write_text("this is not json\n")
-    out = run(pytester, results, "--strict-markers", "-m", "accuracy", "-v")
+    out = run_plugin(pytester, results, "--strict-markers", "-m", "accuracy", "-v")
     out.assert_outcomes(passed=1, deselected=33)
     out.stdout.fnmatch_lines(["addmm.fwd *32",
                               f"WARNING unreadable result data skipped: {bad}: line 1 is not JSON*"])
     (fit,) = (results / key / "predictors").iterdir()
     assert json.loads((fit / "index.json").read_text())["host_speed"] == lines[1]["host_speed"]
     # Same data, same fit: a second session reuses it instead of refitting.
-    run(pytester, results, "-m", "accuracy").assert_outcomes(passed=1, deselected=33)
+    run_plugin(pytester, results, "-m", "accuracy").assert_outcomes(passed=1, deselected=33)
     assert len(list((results / key / "predictors").iterdir())) == 1
 
 
@@ -233,7 +190,7 @@ def test_accuracy_threshold_failure_is_one_clear_line(pytester, planted_results)
     results, key = planted_results
     pytester.makepyfile(MICRO_SUITE)
     pytester.makefile(".toml", pyproject="[tool.perfmodel]\nsmoke_gmae_threshold = 0.0001\n")
-    out = run(pytester, results, "-m", "microbench or accuracy", "--perfmodel-budget=0.01")
+    out = run_plugin(pytester, results, "-m", "microbench or accuracy", "--perfmodel-budget=0.01")
     assert out.ret == pytest.ExitCode.TESTS_FAILED
     out.stdout.fnmatch_lines(["addmm.forward: held-out GMAE * > threshold 0.0% (noise floor *"])
 
@@ -241,7 +198,7 @@ def test_accuracy_threshold_failure_is_one_clear_line(pytester, planted_results)
 def test_accuracy_without_data_says_what_to_do(pytester, planted_results):
     results, _ = planted_results
     pytester.makepyfile(MICRO_SUITE)
-    out = run(pytester, results, "-m", "accuracy")
+    out = run_plugin(pytester, results, "-m", "accuracy")
     assert out.ret == pytest.ExitCode.TESTS_FAILED
     out.stdout.fnmatch_lines(["*no measurements or fitted predictors under*run `pytest -m microbench` first"])
 
@@ -255,36 +212,14 @@ def test_accuracy_of_an_op_never_measured_here_is_skipped_with_how_to_measure_it
     pytester.makepyfile(MICRO_SUITE.replace('perfmodel_ops("addmm")',
                                             'perfmodel_ops("addmm", "all_reduce")'))
     pytester.makefile(".toml", pyproject="[tool.perfmodel]\nsmoke_gmae_threshold = 5.0\n")
-    assert run(pytester, results, "-m", "microbench", "-k", "addmm",
-               "--perfmodel-budget=0.01").ret == 0
-    out = run(pytester, results, "-m", "accuracy", "-rs")
+    assert run_plugin(pytester, results, "-m", "microbench", "-k", "addmm",
+                      "--perfmodel-budget=0.01").ret == 0
+    out = run_plugin(pytester, results, "-m", "accuracy", "-rs")
     outcomes = out.parseoutcomes()
     assert (outcomes.get("passed"), outcomes.get("skipped"), out.ret) == (1, 3, 0)
     out.stdout.fnmatch_lines([f"SKIPPED*all_reduce.forward: no measurements under "
                               f"{results / key}; collectives are measured on several ranks: "
                               f"*--perfmodel-ranks 2*"])
-
-
-@pytest.mark.parametrize("args, message", [
-    (["--perfmodel-profile=huge"], "*invalid choice: 'huge'*"),
-    (["--perfmodel-device=tpu"], "*--perfmodel-device: unknown device 'tpu'*"),
-    (["--perfmodel-threads=0"], "*--perfmodel-threads must be >= 1*"),
-])
-def test_bad_options_are_usage_errors(pytester, planted_results, args, message):
-    results, _ = planted_results
-    pytester.makepyfile(MICRO_SUITE)
-    out = run(pytester, results, *args)
-    assert out.ret == pytest.ExitCode.USAGE_ERROR
-    out.stderr.fnmatch_lines([message])
-
-
-def test_bad_pyproject_is_a_usage_error(pytester, planted_results):
-    results, _ = planted_results
-    pytester.makepyfile(MICRO_SUITE)
-    pytester.makefile(".toml", pyproject='[tool.perfmodel.gmae_thresholds]\n"conv9d.forward" = 0.1\n')
-    out = run(pytester, results)
-    assert out.ret == pytest.ExitCode.USAGE_ERROR
-    out.stderr.fnmatch_lines(["*pyproject.toml*'conv9d.forward' is not a known*"])
 
 
 def test_plugin_import_is_light():
@@ -325,7 +260,7 @@ def test_user_model_fixture_predicts_and_measures(pytester, planted_results):
     index = json.loads((copy / "index.json").read_text())  # sessions load their thread count's fit
     (copy / "index.json").write_text(json.dumps({**index, "threads": THREADS}))
     pytester.makepyfile(USER_MODEL_SUITE)
-    out = run(pytester, results)
+    out = run_plugin(pytester, results)
     out.assert_outcomes(passed=1)
     out.stdout.fnmatch_lines(["workload*measured*predicted*", "user_model *"])
 
@@ -333,7 +268,7 @@ def test_user_model_fixture_predicts_and_measures(pytester, planted_results):
 def test_bad_planted_bias_is_a_usage_error(pytester, planted_results):
     results, _ = planted_results
     pytester.makepyfile("def test_x():\n    pass\n")
-    out = run(pytester, results, "--perfmodel-plant-bias=linear=oops")
+    out = run_plugin(pytester, results, "--perfmodel-plant-bias=linear=oops")
     assert out.ret == pytest.ExitCode.USAGE_ERROR
     assert "--perfmodel-plant-bias: bad bias 'linear=oops'" in out.stderr.str()
 
@@ -348,7 +283,7 @@ def test_summary_shows_baseline_verdict_and_decision(pytester, planted_results):
     results, key = planted_results
     plant_baseline(results, key, BASE)
     pytester.makepyfile(GATE_SUITE.format(predicted=0.104))  # error +4%, baseline +4%
-    out = run(pytester, results, "-m", "e2e")
+    out = run_plugin(pytester, results, "-m", "e2e")
     assert out.ret == 0
     out.stdout.fnmatch_lines([
         f"device {key} (planted test CPU), profile smoke",
@@ -387,7 +322,7 @@ def test_a_prediction_moved_by_the_hosts_drift_is_not_a_model_drift(pytester, pl
                   {}, predicted_by_workload={"ddp_mlp@2": [0.1, 0.1, 0.1]},
                   fit_data={"ddp_mlp@2": "f1"})
     pytester.makepyfile(DRIFTED_RANKS.format(at_fit_speed=at_fit_speed))
-    out = run(pytester, results, "-m", "e2e")
+    out = run_plugin(pytester, results, "-m", "e2e")
     moved = at_fit_speed != 0.1
     assert out.ret == (1 if moved else 0), out.stdout.str()
     out.stdout.fnmatch_lines([f"  ddp_mlp@2 host since the fit: compute x1.15, memory x1.05 "
@@ -421,7 +356,7 @@ def test_summary_shows_each_workloads_floor_and_the_geomeans(pytester, planted_r
                   predicted_by_workload={"mlp_small": [0.1, 0.1, 0.1],
                                          "cnn_resnet": [0.1, 0.1]})
     pytester.makepyfile(TWO_WORKLOADS)
-    out = run(pytester, results, "-m", "e2e")
+    out = run_plugin(pytester, results, "-m", "e2e")
     assert out.ret == 0, out.stdout.str()
     out.stdout.fnmatch_lines([
         "mlp_small *104.00ms*+4.0%*1.0%*+1.7%  15.0%  ok",
@@ -441,7 +376,7 @@ def test_planted(perfmodel_session):
         "mlp_small", IterationTiming(0.1, 0.001, 15, 3, 2560.0), 0.1,
         beyond_fit={"linear.forward": (3, 94.2), "relu.backward": (2, 6.1)}))
 """)
-    out = run(pytester, results, "-m", "e2e")
+    out = run_plugin(pytester, results, "-m", "e2e")
     out.stdout.fnmatch_lines([
         "WARN mlp_small: extrapolated beyond the fitted configs: linear.fwd (3 calls, up to 94x*",
         "*fitted config's FLOPs or bytes), relu.bwd (2 calls, up to 6x)"])
@@ -454,10 +389,10 @@ def test_summary_quiet_prints_only_failures(pytester, planted_results):
     results, key = planted_results
     plant_baseline(results, key, BASE)
     pytester.makepyfile(GATE_SUITE.format(predicted=0.108))  # error +8% > allowed 7%
-    out = run(pytester, results, "-m", "e2e")
+    out = run_plugin(pytester, results, "-m", "e2e")
     out.stdout.fnmatch_lines(["mlp_small *+8.0%*+4.0%    n/a  FAIL",
                               "FAIL perfmodel gate: 1 of 1 workload(s) failed (mlp_small)"])
-    out = run(pytester, results, "-m", "e2e", "-q")
+    out = run_plugin(pytester, results, "-m", "e2e", "-q")
     assert out.ret == pytest.ExitCode.TESTS_FAILED
     section = [line for line in _perfmodel_section(out) if line.strip()]
     assert not [line for line in section if line.startswith(("workload", "mlp_small", "ok"))]
@@ -475,7 +410,7 @@ def test_summary_quiet_has_no_perfmodel_section_when_all_passed(pytester, plante
     save_baseline(results / key / "baseline-smoke.json", key, {"mlp_small": BASE},
                   environment(key, None))  # same software: no warning either
     pytester.makepyfile(GATE_SUITE.format(predicted=0.104))  # error +4%, the baseline's mean
-    out = run(pytester, results, "-m", "e2e", "-q")
+    out = run_plugin(pytester, results, "-m", "e2e", "-q")
     assert out.ret == 0, out.stdout.str()
     assert not [line for line in out.stdout.lines if "= perfmodel =" in line]
 
@@ -499,7 +434,7 @@ def test_sweep_deals_each_ops_configs_over_rounds_with_collectives_first(pyteste
     results, _ = planted_results
     pytester.makepyfile(test_a=SUITE_OF.format(ops='"relu", "add"'),
                         test_b=SUITE_OF.format(ops='"all_reduce"'))
-    out = run(pytester, results, "--collect-only", "-q", "--perfmodel-profile", "quick")
+    out = run_plugin(pytester, results, "--collect-only", "-q", "--perfmodel-profile", "quick")
     ids = [line.split("::", 1)[1] for line in out.stdout.lines if "::" in line]
     cases = {op: [f"test_microbench[{c.id}]" for c in get_op(op).cases("quick")]
              for op in ("relu", "add", "all_reduce")}
@@ -528,7 +463,7 @@ def test_budgets(perfmodel_session):
 def test_collectives_get_their_own_default_budget(pytester, tmp_path, args, expected):
     pytester.makepyfile(test_probe=BUDGET_PROBE.format(expected=expected))
     profile = () if any("profile" in a for a in args) else ("--perfmodel-profile=quick",)
-    assert run(pytester, tmp_path / "results", *profile, *args).ret == 0
+    assert run_plugin(pytester, tmp_path / "results", *profile, *args).ret == 0
 
 
 DEVICE_SUITE = """
@@ -543,7 +478,7 @@ def test_a_profile_sized_for_another_device_is_noted(pytester, planted_results, 
     GPU-sized configs skipped past the per-call limit); a CPU profile says nothing."""
     results, _ = planted_results
     pytester.makepyfile(DEVICE_SUITE)
-    out = run(pytester, results, f"--perfmodel-profile={profile}")
+    out = run_plugin(pytester, results, f"--perfmodel-profile={profile}")
     out.assert_outcomes(passed=1)
     assert ("profile gpu on a CPU: its configs are sized for a GPU" in out.stdout.str()) == noted
 
@@ -561,7 +496,7 @@ def test_summary_warns_of_measurements_that_spread_wide(pytester, planted_result
     results, _ = planted_results
     pytester.makepyfile(MICRO_SUITE)
     monkeypatch.setattr("perfmodel.timing.WIDE_SPREAD_REL_IQR", -1.0)
-    out = run(pytester, results, "-m", "microbench", "-k", "float32-M1-", "-q",
+    out = run_plugin(pytester, results, "-m", "microbench", "-k", "float32-M1-", "-q",
               "--perfmodel-budget=0.01")
     n = out.parseoutcomes()["passed"]
     assert n >= 1

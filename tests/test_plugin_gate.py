@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from tests.conftest import THREADS
-from tests.test_plugin import (BASE, GATE_SUITE, heavy_modules_loaded_once,  # noqa: F401
-                               plant_baseline, run)
+from tests.helpers import BASE, GATE_SUITE, THREADS, plant_baseline, run_plugin
+
+pytestmark = pytest.mark.usefixtures("heavy_modules_loaded_once")
 
 #: One planted E2E result of ``name``: 100 ms measured, ``predicted_s`` predicted.
 PLANTED = """
@@ -35,10 +35,10 @@ import pytest
 def test_e2e(workload):
     pass
 """)
-    out = run(pytester, results, "-m", "e2e", "--collect-only")
+    out = run_plugin(pytester, results, "-m", "e2e", "--collect-only")
     assert out.ret == 0, out.stdout.str()
     assert "FAIL" not in out.stdout.str() and "perfmodel gate" not in out.stdout.str()
-    out = run(pytester, results, "-m", "e2e")
+    out = run_plugin(pytester, results, "-m", "e2e")
     assert out.ret == pytest.ExitCode.TESTS_FAILED
     out.stdout.fnmatch_lines(["FAIL mlp_small: in the baseline but produced no E2E result"])
 
@@ -48,7 +48,7 @@ def test_a_baseline_that_cannot_be_saved_is_one_fail_line(pytester, planted_resu
     path = results / key / "baseline-smoke.json"
     path.mkdir()  # a directory where the file goes: the write fails (OSError)
     pytester.makepyfile(GATE_SUITE.format(predicted=0.11))
-    out = run(pytester, results, "-m", "e2e", "--perfmodel-save-baseline")
+    out = run_plugin(pytester, results, "-m", "e2e", "--perfmodel-save-baseline")
     assert out.ret == pytest.ExitCode.TESTS_FAILED
     text = out.stdout.str() + out.stderr.str()
     assert "Traceback" not in text and "INTERNALERROR" not in text
@@ -62,7 +62,7 @@ def test_a_baseline_that_cannot_be_read_is_one_fail_line(pytester, planted_resul
     path = results / key / "baseline-smoke.json"
     path.mkdir()
     pytester.makepyfile(GATE_SUITE.format(predicted=0.11))
-    out = run(pytester, results, "-m", "e2e")
+    out = run_plugin(pytester, results, "-m", "e2e")
     assert out.ret == pytest.ExitCode.TESTS_FAILED
     assert "Traceback" not in out.stdout.str() + out.stderr.str()
     fails = [line for line in out.stdout.lines if line.startswith("FAIL")]
@@ -86,7 +86,7 @@ import pytest
 def test_e2e(workload):
     pass  # produces no result: each workload is missing
 """)
-    out = run(pytester, results, "-m", "e2e")
+    out = run_plugin(pytester, results, "-m", "e2e")
     assert out.ret == pytest.ExitCode.TESTS_FAILED
     (decision,) = [line for line in out.stdout.lines if line.startswith("FAIL perfmodel gate:")]
     assert decision.startswith("FAIL perfmodel gate: 5 of 5 workload(s) failed (")
@@ -214,7 +214,7 @@ def test_stability_rounds_run_through_run_rounds(pytester, planted_results):
     results, key = planted_results
     plant_baseline(results, key, BASE)
     pytester.makepyfile(STABILITY_SUITE)
-    out = run(pytester, results, "-m", "stability")
+    out = run_plugin(pytester, results, "-m", "stability")
     out.assert_outcomes(passed=1)
     out.stdout.fnmatch_lines(["gate stability: 3 round(s);*", "stability tally written to *"])
 

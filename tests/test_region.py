@@ -1,12 +1,11 @@
 """perfmodel.region: context manager and decorator, recorded only while tracing,
 and grouped in the task graph and the E2E result."""
 
-import numpy as np
 import pytest
 
 import perfmodel
 from perfmodel.region import PREFIX, Region, recording
-from tests.conftest import tiny_mlp
+from tests.helpers import ConstantFit, tiny_mlp
 
 
 def test_context_manager_and_decorators_keep_names_and_results():
@@ -117,22 +116,6 @@ def test_tasks_carry_their_region(traced):
     assert {t.region for t in graph.tasks} <= {"forward", "loss", "optimizer", None}
 
 
-class _Fit:
-    """Every op predicted at ``seconds`` per call."""
-
-    def __init__(self, seconds):
-        self.seconds = seconds
-
-    def predictor(self, op, direction):
-        seconds = self.seconds
-
-        class P:
-            def predict(self, dtype, params_list):
-                return np.full(len(params_list), seconds)
-
-        return P()
-
-
 def test_e2e_result_groups_predicted_time_by_region(traced):
     from perfmodel.e2e import predict_and_measure
     from perfmodel.overheads import samples_from_graph, table_from_samples
@@ -140,8 +123,8 @@ def test_e2e_result_groups_predicted_time_by_region(traced):
     step, graph = traced
     bandwidth = 1e10
     table = table_from_samples([samples_from_graph("mlp", graph, bandwidth)], bandwidth)
-    result = predict_and_measure("mlp", step, 8, graph, _Fit(1e-3), table, "cpu", bandwidth,
-                                 measure=False)
+    result = predict_and_measure("mlp", step, 8, graph, ConstantFit(1e-3), table, "cpu",
+                                 bandwidth, measure=False)
     assert set(result.regions_s) == {"forward", "loss", "optimizer"}
     for name, seconds in result.regions_s.items():
         n_ops = sum(1 for t in graph.tasks if t.kind == "op" and t.region == name)

@@ -9,23 +9,13 @@ import pytest
 from perfmodel.cli import main
 from perfmodel.device import cpu_device_key
 from perfmodel.store import ResultStore
-from tests.conftest import THREADS
-from tests.test_fitting import SPEC, planted_records
+from tests.helpers import SPEC, planted_records, run_plugin, tiny_mlp
 
 SECTIONS = ("Environment", "Per-op accuracy", "Predicted vs measured", "Error CDF",
             "End-to-end", "E2E breakdown", "Iteration timeline", "Collective bandwidth")
 RUN = "20261122T000000Z-1-aaaa"
 
-
-@pytest.fixture(scope="module", autouse=True)
-def heavy_modules_loaded_once():
-    """pytester's in-process runs drop the modules a run imported; torch cannot
-    be imported twice in one process, so load it first (see test_plugin.py)."""
-    import perfmodel.device  # noqa: F401
-    import perfmodel.e2e  # noqa: F401
-    import perfmodel.fitting  # noqa: F401
-    import perfmodel.report.build  # noqa: F401
-    import torch.nn.functional  # noqa: F401
+pytestmark = pytest.mark.usefixtures("heavy_modules_loaded_once")
 
 
 def collective_record(op, world_size, nbytes, median_s, **extra):
@@ -96,13 +86,9 @@ def report(tmp_path_factory):
 
 def trace_tiny_model(store, workload):
     """Capture a tiny model's trace as ``workload``'s under ``traces/``; its graph."""
-    import torch
-
     from perfmodel.e2e import trace_workload
 
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-    x = torch.randn(8, 16)
+    model, _, x, _ = tiny_mlp()
 
     def step():
         model.zero_grad(set_to_none=True)
@@ -244,8 +230,7 @@ def test_plugin_option_writes_the_report(pytester, planted_results):
     results, key = planted_results
     plant_results(results, key, collectives=False, directions=("forward",))
     pytester.makepyfile("def test_nothing():\n    pass\n")
-    out = pytester.runpytest_inprocess("-p", "no:cacheprovider", f"--perfmodel-results={results}",
-                                       f"--perfmodel-threads={THREADS}", "--perfmodel-report")
+    out = run_plugin(pytester, results, "--perfmodel-report")
     assert out.ret == 0
     path = results / key / "report" / "index.html"
     out.stdout.fnmatch_lines([f"*report written to {path}*"])
@@ -256,8 +241,7 @@ def test_plugin_report_without_data_is_a_warning(pytester, tmp_path):
     pytester.makepyfile("def test_nothing():\n    pass\n")
     root = tmp_path / "empty"
     (root / cpu_device_key() / "runs").mkdir(parents=True)
-    out = pytester.runpytest_inprocess("-p", "no:cacheprovider", f"--perfmodel-results={root}",
-                                       f"--perfmodel-threads={THREADS}", "--perfmodel-report")
+    out = run_plugin(pytester, root, "--perfmodel-report")
     assert out.ret == 0
     out.stdout.fnmatch_lines(["*WARN perfmodel report not written: nothing stored under*"])
 

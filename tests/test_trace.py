@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from perfmodel.trace import ITERATION_MARK, TraceError, capture_trace, load_trace
-from tests.conftest import tiny_mlp_step
+from tests.helpers import tiny_mlp_step
 
 
 @pytest.fixture(scope="module")
