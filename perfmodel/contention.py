@@ -19,8 +19,14 @@ The model: an op predicted to take t seconds alone takes
 t x (c + (k - c) x s) beside the others, where
 
 - k (:attr:`Contention.slowdown`, >= 1) is how much slower a pure stream runs
-  with every rank streaming at once: a rank's triad bandwidth alone over its
-  bandwidth then (:func:`measure_contention`, measured by the ranks of each run);
+  with every rank streaming at once: every rank runs the same triad calls
+  (:func:`perfmodel.device.triad_kernel`) at once, and k is the time until the
+  last rank is done over the time alone (:func:`measure_contention`, measured
+  by the ranks of each run; the last rank for the reason given for c below).
+  Until 2026-11-26 k was rank 0's bandwidth alone over the ranks' mean
+  bandwidth in a phase of fixed length; three rounds on 4 one-thread ranks on 2
+  cores read the last rank's x2.73-3.17 where that read 2.58-2.96 (at 2 ranks
+  x1.38-1.49 and 1.39-1.45);
 - c (:attr:`Contention.compute_slowdown`, >= 1) is the same for compute:
   every rank runs the same GEMM calls (:func:`gemm_kernel`) at once, and c is
   the time until the last rank is done over the time alone
@@ -34,8 +40,8 @@ t x (c + (k - c) x s) beside the others, where
   the last rank's x2.06-2.15 (22 runs; x2.11-2.31 with segments of 5-150 ms). A
   data-parallel MLP step without its gradients' all-reduce (``ddp_mlp`` under
   ``no_sync``, blocks of 5 steps, the slowest rank's) ran in x2.14-2.16 its
-  time alone there. The mean rate over a phase of fixed length, as for k, gave
-  x1.94-2.16 (probes and 26 runs);
+  time alone there. The mean rate over a phase of fixed length, as k was
+  measured until then, gave x1.94-2.16 (probes and 26 runs);
 - s (:func:`memory_share`, 0 to 1) is the share of t the op needs to move its
   bytes at the rank's bandwidth alone: ``op.bytes_moved / (bandwidth x t)``.
 """
@@ -49,13 +55,13 @@ from typing import Callable
 
 from perfmodel.ops import get_op
 
-#: Calls of a kernel each rank times per phase, at least, after
-#: :data:`WARMUP_CALLS`; and the phase's least duration (s).
+#: Calls of a kernel rank 0 times alone, at least, after :data:`WARMUP_CALLS`;
+#: and that phase's least duration (s), which the segments side by side share.
 CALLS = 8
 WARMUP_CALLS = 2
 PHASE_S = 0.15
-#: Segments of the GEMM side by side per round, each of about
-#: ``PHASE_S / SEGMENTS`` alone; the round's GEMM slowdown is their median (the
+#: Segments of each kernel side by side per round, each of about
+#: ``PHASE_S / SEGMENTS`` alone (at least 2 calls); the round's slowdown is their median (the
 #: last of four ranks is an outlier-prone figure: the mean over four segments
 #: gave x2.50-2.70 in 3 runs of 12 and x2.11-2.20 in the others).
 SEGMENTS = 4
@@ -74,8 +80,9 @@ class Contention:
     """How a rank's ops slow down beside the others (see the module docstring).
 
     ``slowdown`` (k, >= 1) of a pure stream; ``bandwidth_Bps``: one rank's triad
-    bandwidth alone (B/s); ``together_Bps``: a rank's triad bandwidth with
-    ``ranks_together`` ranks streaming at once (B/s); ``compute_slowdown`` (c,
+    bandwidth alone (B/s); ``together_Bps``: the slowest rank's triad bandwidth
+    with ``ranks_together`` ranks streaming at once (B/s; the ranks' mean in
+    records written before 2026-11-26 afternoon); ``compute_slowdown`` (c,
     >= 1) of compute (1 in records written before it was measured)."""
 
     slowdown: float
@@ -117,12 +124,6 @@ def memory_share(bytes_moved: float, seconds: float, bandwidth_Bps: float) -> fl
     if seconds <= 0.0 or bytes_moved <= 0.0:
         return 0.0
     return min(1.0, bytes_moved / (bandwidth_Bps * seconds))
-
-
-def slowdown_from_rates(alone_Bps: float, together_Bps: list[float]) -> float:
-    """k of :class:`Contention`: ``alone_Bps`` over the mean of the ranks'
-    ``together_Bps`` (B/s), at least 1 (a faster together phase is noise)."""
-    return max(1.0, alone_Bps / statistics.fmean(together_Bps))
 
 
 def compute_slowdown(gemm_slowdown: float, gemm_share: float, stream_slowdown: float) -> float:
@@ -193,41 +194,53 @@ def measure_contention(world, llc_bytes: int) -> Contention | None:
     """Measure :class:`Contention` on the ranks of ``world`` (a
     :class:`~perfmodel.distributed.World`; every rank calls this together, at
     its own torch threads). Each of :data:`ROUNDS` rounds times the triad
-    (:func:`perfmodel.device.triad_kernel`) on rank 0 alone while the others
-    wait, and then on every rank at once (k: rank 0's bandwidth alone over the
-    ranks' mean); then the GEMM (:func:`gemm_kernel`) on rank 0 alone, and
-    :data:`SEGMENTS` segments of the same calls on every rank at once (c: the
-    median over segments of :func:`slowest_rank_slowdown`). Returns the figures at
-    rank 0 (k and c the medians over rounds; the bandwidths those of the round
-    of median k), None elsewhere. About 3 seconds."""
+    (:func:`perfmodel.device.triad_kernel`) and then the GEMM
+    (:func:`gemm_kernel`) on rank 0 alone while the others wait, and
+    :data:`SEGMENTS` segments of the same calls on every rank at once
+    (:func:`side_by_side`): k and c are the medians over segments of
+    :func:`slowest_rank_slowdown` (c with the GEMM's memory part taken out).
+    Returns the figures at rank 0 (k and c the medians over rounds; the
+    bandwidths those of the round of median k), None elsewhere. About 3 seconds."""
     from perfmodel.device import triad_kernel
 
     triad, triad_bytes = triad_kernel(llc_bytes)
     gemm, gemm_bytes = gemm_kernel()
     rounds, computes = [], []
     for _ in range(ROUNDS):
-        alone_Bps = world.on_rank0_alone(lambda: byte_rate(triad, triad_bytes), "the triad alone")
-        rate = byte_rate(triad, triad_bytes)  # every rank at once, from the barrier above
-        world.barrier("the triad side by side")  # an MPI gather spins: none waits in it
-        together = world.comm.gather(rate, root=0)
-        gemm_alone = world.on_rank0_alone(lambda: byte_rate(gemm, gemm_bytes), "the GEMM alone")
-        call_s = None if gemm_alone is None else gemm_bytes / gemm_alone
-        calls = world.comm.bcast(None if call_s is None else
-                                 max(2, round(PHASE_S / SEGMENTS / call_s)), root=0)
-        segments = []
-        for _ in range(SEGMENTS):
-            world.barrier("the GEMM side by side")
-            took = run_seconds(gemm, calls)  # every rank at once, from the barrier above
-            world.barrier("the GEMM side by side, done")  # none spins in the gather
-            segments.append(world.comm.gather(took, root=0))
+        alone_Bps, k = side_by_side(world, triad, triad_bytes, "the triad")
+        gemm_alone, gemm_slowdown = side_by_side(world, gemm, gemm_bytes, "the GEMM")
         if world.rank == 0:
-            k = slowdown_from_rates(alone_Bps, together)
-            rounds.append(Contention(k, alone_Bps, statistics.fmean(together), world.size))
-            gemm_slowdown = statistics.median(slowest_rank_slowdown(times, calls * call_s)
-                                              for times in segments)
+            rounds.append(Contention(k, alone_Bps, alone_Bps / k, world.size))
             computes.append(compute_slowdown(gemm_slowdown, min(0.99, gemm_alone / alone_Bps),
                                              k))
     if world.rank != 0:
         return None
     median = sorted(rounds, key=lambda c: c.slowdown)[len(rounds) // 2]
     return replace(median, compute_slowdown=statistics.median(computes))
+
+
+def side_by_side(world, kernel: Callable[[], object], moved_bytes: int, what: str,
+                 clock: Callable[[], float] = time.perf_counter
+                 ) -> tuple[float | None, float | None]:
+    """``kernel``'s bandwidth on rank 0 alone (B/s, :func:`byte_rate`, the others
+    waiting), and how much slower the same calls run on the slowest rank with
+    every rank running them at once: the median over :data:`SEGMENTS` segments
+    of about ``PHASE_S / SEGMENTS`` (alone) each, every one started at a
+    sleeping barrier (:func:`slowest_rank_slowdown`). Both at rank 0 (None
+    elsewhere). The slowest rank, as a collective waits for it: ranks that
+    time-share the cores do not get equal shares over tens of ms."""
+    alone_Bps = world.on_rank0_alone(lambda: byte_rate(kernel, moved_bytes, clock=clock),
+                                     f"{what} alone")
+    call_s = None if alone_Bps is None else moved_bytes / alone_Bps
+    calls = world.comm.bcast(None if call_s is None else
+                             max(2, round(PHASE_S / SEGMENTS / call_s)), root=0)
+    segments = []
+    for _ in range(SEGMENTS):
+        world.barrier(f"{what} side by side")
+        took = run_seconds(kernel, calls, clock)  # every rank at once, from the barrier above
+        world.barrier(f"{what} side by side, done")  # none spins in the gather
+        segments.append(world.comm.gather(took, root=0))
+    if world.rank != 0:
+        return None, None
+    return alone_Bps, statistics.median(slowest_rank_slowdown(times, calls * call_s)
+                                        for times in segments)

@@ -7,8 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from perfmodel.contention import (Contention, byte_rate, compute_slowdown, measure_contention,
-                                  memory_share, run_seconds, slowdown_from_rates,
-                                  slowest_rank_slowdown)
+                                  memory_share, run_seconds, slowest_rank_slowdown)
 from perfmodel.distributed import World, _OneRank
 from perfmodel.graph import Graph, Task
 from perfmodel.ops import get_op
@@ -62,11 +61,44 @@ def test_contention_figures_are_checked():
             Contention(*bad)
 
 
-@given(st.floats(1e8, 1e11), st.lists(st.floats(1e8, 1e11), min_size=1, max_size=4))
-def test_slowdown_is_alone_over_the_mean_together_and_at_least_one(alone, together):
-    k = slowdown_from_rates(alone, together)
-    assert k >= 1.0
-    assert k == pytest.approx(max(1.0, alone / np.mean(together)))
+class _PlantedRanks:
+    """Rank 0 of ``len(factors)`` ranks: the others' times side by side are
+    rank 0's times ``factors[r]``."""
+
+    rank = 0
+
+    def __init__(self, factors):
+        self.size, self.factors, self.comm = len(factors), factors, self
+
+    def barrier(self, what):
+        pass
+
+    def on_rank0_alone(self, fn, what):
+        return fn()
+
+    def bcast(self, value, root):
+        return value
+
+    def gather(self, took, root):
+        return [took * f for f in self.factors]
+
+
+@given(st.lists(st.floats(0.5, 4.0), min_size=1, max_size=3))
+def test_side_by_side_is_the_slowest_ranks_time_over_the_time_alone(others):
+    """Each kernel call takes 1 ms on a fake clock; alone that is the
+    bandwidth, and side by side the slowest rank (the others planted at
+    ``others`` x rank 0's time) sets the slowdown, at least 1."""
+    from perfmodel.contention import side_by_side
+
+    now = [0.0]
+
+    def kernel():
+        now[0] += 1e-3
+
+    alone, k = side_by_side(_PlantedRanks([1.0, *others]), kernel, 4096, "the kernel",
+                            clock=lambda: now[0])
+    assert alone == pytest.approx(4096 / 1e-3)
+    assert k == pytest.approx(max(1.0, *others))
 
 
 @given(st.floats(1.0, 3.0), slowdowns, st.floats(0.0, 0.9))
