@@ -258,3 +258,29 @@ def test_items_for_another_world_size_skip_with_the_reason():
                if c.params == {"world_size": 2, "bytes": 64}]
     with pytest.raises(pytest.skip.Exception, match=r"needs 2 ranks, this run has 1 .*-n 2"):
         benchmark_collective(None, case)
+
+
+def test_predict_collective_reads_the_fitted_time_of_a_size():
+    """``predict_collective`` on a fit of planted ``all_reduce`` records (50 us +
+    1 ns per bus byte, each world size measured): the fitted time at a measured
+    size, in seconds."""
+    from perfmodel.comm_model import predict_collective
+    from perfmodel.fitting import fit_predictors
+    from tests.helpers import SPEC
+
+    op = get_op("all_reduce")
+    cases = [c for c in op.cases("quick") if c.direction == "forward"]
+
+    def seconds(params):
+        return 50e-6 + op.bus_bytes(params) * 1e-9
+
+    records = [{"kind": "measurement", "op": "all_reduce", "direction": "forward",
+                "dtype": c.dtype, "config": c.params, "replicate": r, "run_id": "planted",
+                "env": {"threads": SPEC.threads},
+                "measurement": {"median_s": seconds(c.params)}}
+               for c in cases for r in (0, 1)]
+    fit = fit_predictors(records, SPEC)
+    case = cases[len(cases) // 2]
+    got = predict_collective(fit, "all_reduce", case.params["world_size"], case.params["bytes"])
+    assert isinstance(got, float)
+    assert got == pytest.approx(seconds(case.params), rel=0.05)
