@@ -27,15 +27,12 @@ def _baseline(args: argparse.Namespace) -> int:
     for problem in loaded.problems:
         print(f"warning: skipped {problem}", file=sys.stderr)
     chosen = baseline_errors(loaded.records, args.profile, args.last)
-    usable = [r for r in loaded.records
-              if r.get("kind") == "e2e" and r.get("profile") == args.profile and not r.get("bias")]
-    for workload in sorted({r["workload"] for r in usable} - set(chosen.errors)):
+    for workload in chosen.left_out:
         print(f"left out {workload}: fewer than {args.last} runs", file=sys.stderr)
-    env = max(usable, key=lambda r: str(r.get("run_id")))["env"]  # the newest chosen run's
     fit_data = {w: _baseline_fit_data(w, fits, store, spec.threads)
                 for w, fits in chosen.fits.items()}
     path = store.baseline_path(args.profile)
-    saved = save_baseline(path, spec.key, chosen.errors, env,
+    saved = save_baseline(path, spec.key, chosen.errors, chosen.env,
                           predicted_by_workload=chosen.predicted_s, fit_data=fit_data,
                           overhead_by_workload=chosen.overhead_s)
     for workload, entry in saved.entries.items():

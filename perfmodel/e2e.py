@@ -17,9 +17,9 @@ from __future__ import annotations
 import statistics
 import time
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from perfmodel.graph import Graph, build_graph
 from perfmodel.overheads import (OverheadTable, load_all_samples, load_samples,
@@ -128,6 +128,30 @@ class E2EResult:
     def unmodelled_share(self) -> float:
         """Share of the traced iteration spent in unmodelled nodes (fraction)."""
         return sum(share or 0.0 for _, _, share in self.unmodelled)
+
+    def to_plain(self) -> dict:
+        """This result as plain data, without its prediction and task graph
+        (large, and needed by neither the summary nor the gate); see
+        :meth:`from_plain`."""
+        plain = {f.name: getattr(self, f.name) for f in fields(self)
+                 if f.name not in ("prediction", "graph")}
+        plain["measured"] = asdict(self.measured)
+        return plain
+
+    @classmethod
+    def from_plain(cls, data: Mapping[str, Any]) -> E2EResult:
+        """The result that ``data`` names field by field (:meth:`to_plain` output
+        after a JSON round trip, or a multi-rank run's record): other keys are
+        ignored, missing fields take their defaults, lists become tuples where
+        the fields hold tuples."""
+        known = {f.name for f in fields(cls)}
+        args = {k: v for k, v in data.items() if k in known}
+        args["measured"] = IterationTiming(**data["measured"])
+        args["unmodelled"] = [tuple(row) for row in args.get("unmodelled") or []]
+        args["overhead_workloads"] = tuple(args.get("overhead_workloads") or ())
+        if args.get("beyond_fit") is not None:
+            args["beyond_fit"] = {k: tuple(v) for k, v in args["beyond_fit"].items()}
+        return cls(**args)
 
     def record(self, env: dict) -> dict:
         """The store record of this result."""

@@ -278,12 +278,15 @@ class BaselineRuns:
     """What a baseline is saved from, per workload and in run order: signed E2E
     errors, predicted times (s), (predicted, traced) host-overhead seconds (only for
     workloads whose every run has them), and the set of fit data ids its records
-    carry (None for records without one)."""
+    carry (None for records without one); the workloads left out for having
+    fewer runs, and the environment of the newest chosen run."""
 
     errors: dict[str, list[float]] = field(default_factory=dict)
     predicted_s: dict[str, list[float]] = field(default_factory=dict)
     overhead_s: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     fits: dict[str, set] = field(default_factory=dict)
+    left_out: list[str] = field(default_factory=list)
+    env: dict = field(default_factory=dict)
 
 
 def baseline_errors(records: Iterable[Mapping], profile: str, last_runs: int) -> BaselineRuns:
@@ -302,10 +305,15 @@ def baseline_errors(records: Iterable[Mapping], profile: str, last_runs: int) ->
     if last_runs < 1:
         raise ValueError(f"need at least 1 run, got {last_runs}")
     out = BaselineRuns()
+    newest = ""
     for workload, runs in sorted(by_workload.items()):
         if len(runs) < last_runs:
+            out.left_out.append(workload)
             continue
-        chosen = [runs[run] for run in sorted(runs)[-last_runs:]]  # ids start with UTC time
+        ids = sorted(runs)[-last_runs:]  # ids start with UTC time
+        chosen = [runs[run] for run in ids]
+        if ids[-1] > newest:
+            newest, out.env = ids[-1], runs[ids[-1]].get("env") or {}
         for r in chosen:
             measured = r["measured_s"]
             out.errors.setdefault(workload, []).append((r["predicted_s"] - measured) / measured)

@@ -343,7 +343,7 @@ def run_multirank(workload: str, world_size: int, results_root: Path, device_key
         if proc.returncode != 0 or not out.is_file():
             raise MultirankError(f"{cfg.name}@{world_size}: mpiexec exited with "
                                  f"{proc.returncode}\n{_tail(stdout, stderr)}")
-        return result_from_record(json.loads(out.read_text(encoding="utf-8")))
+        return E2EResult.from_plain(json.loads(out.read_text(encoding="utf-8")))
 
 
 def _child_environment() -> dict[str, str]:
@@ -374,21 +374,6 @@ def _tail(*streams, limit: int = 4000) -> str:
     """The last ``limit`` characters of the ranks' output, without profiler chatter."""
     text = "\n".join(s.decode() if isinstance(s, bytes) else s or "" for s in streams)
     return "\n".join(line for line in text.splitlines() if "USDT:" not in line)[-limit:]
-
-
-def result_from_record(data: dict) -> E2EResult:
-    """The :class:`E2EResult` of rank 0's JSON result."""
-    m = data["measured"]
-    return E2EResult(
-        data["workload"], IterationTiming(m["median_s"], m["sd_s"], m["repeat"], m["number"],
-                                          m["items_per_s"]),
-        data["predicted_s"], data["breakdown_s"], data["predicted_own_s"], data["regions_s"],
-        [tuple(row) for row in data["unmodelled"]], data["no_predictor"], data["n_tasks"],
-        data["traced_s"], tuple(data["overhead_workloads"]), data["bias"],
-        fit_data=data.get("fit_data"), contention=data.get("contention"),
-        host_drift=data.get("host_drift"), predicted_fit_speed_s=data.get("predicted_fit_speed_s"),
-        beyond_fit=None if data.get("beyond_fit") is None else {
-            k: tuple(v) for k, v in data["beyond_fit"].items()})
 
 
 # -- the ranks ------------------------------------------------------------------------------

@@ -15,37 +15,12 @@ these hooks is called.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, fields
+from dataclasses import asdict
 
 import pytest
 
 #: The ``workeroutput`` key of the perfmodel data (a JSON string).
 OUTPUT_KEY = "perfmodel"
-#: E2EResult fields not sent: the prediction and task graph (the summary and the
-#: gate do not need them, and they are large).
-_NOT_SENT = ("prediction", "graph")
-
-
-def result_to_plain(result) -> dict:
-    """An :class:`~perfmodel.e2e.E2EResult` as plain data (see :func:`result_from_plain`)."""
-    plain = {f.name: getattr(result, f.name) for f in fields(result) if f.name not in _NOT_SENT}
-    plain["measured"] = asdict(result.measured)
-    return plain
-
-
-def result_from_plain(plain: dict):
-    """The :class:`~perfmodel.e2e.E2EResult` of :func:`result_to_plain` output (after
-    JSON: its tuples are rebuilt)."""
-    from perfmodel.e2e import E2EResult, IterationTiming
-
-    known = {f.name for f in fields(E2EResult)}
-    args = {k: v for k, v in plain.items() if k in known}
-    args["measured"] = IterationTiming(**args["measured"])
-    args["unmodelled"] = [tuple(row) for row in args.get("unmodelled") or []]
-    args["overhead_workloads"] = tuple(args.get("overhead_workloads") or ())
-    if args.get("beyond_fit") is not None:
-        args["beyond_fit"] = {k: tuple(v) for k, v in args["beyond_fit"].items()}
-    return E2EResult(**args)
 
 
 def _json_default(value):
@@ -58,8 +33,8 @@ def worker_output(pm) -> str:
     """What a worker's :class:`~pytest_perfmodel.session.PerfmodelSession` sends
     to the controller, as JSON."""
     data = {
-        "e2e": [result_to_plain(r) for r in pm.e2e],
-        "user_models": [result_to_plain(r) for r in pm.user_models],
+        "e2e": [r.to_plain() for r in pm.e2e],
+        "user_models": [r.to_plain() for r in pm.user_models],
         "accuracy": [asdict(a) for a in pm.accuracy],
         # every worker collects every item: the workloads this run gates, less
         # those this worker found it cannot build (a missing package)
@@ -78,9 +53,11 @@ def worker_output(pm) -> str:
 
 def merge_worker_output(pm, text: str) -> None:
     """Add one worker's :func:`worker_output` to the controller's session ``pm``."""
+    from perfmodel.e2e import E2EResult
+
     data = json.loads(text)
-    pm.e2e.extend(result_from_plain(r) for r in data["e2e"])
-    pm.user_models.extend(result_from_plain(r) for r in data["user_models"])
+    pm.e2e.extend(E2EResult.from_plain(r) for r in data["e2e"])
+    pm.user_models.extend(E2EResult.from_plain(r) for r in data["user_models"])
     if data["accuracy"]:
         from perfmodel.fitting import OpAccuracy
 

@@ -319,7 +319,8 @@ def test_baseline_errors_take_the_newest_runs_of_a_profile_without_bias():
 
     def rec(run, workload, predicted, profile="quick", bias=None):
         return {"kind": "e2e", "run_id": run, "profile": profile, "workload": workload,
-                "measured_s": 0.1, "predicted_s": predicted, "bias": bias or {}}
+                "measured_s": 0.1, "predicted_s": predicted, "bias": bias or {},
+                "env": {"run": run}}
 
     records = [rec("20260101T000000Z-a", "w", 0.2), rec("20260102T000000Z-b", "w", 0.11),
                rec("20260103T000000Z-c", "w", 0.09), rec("20260104T000000Z-d", "w", 0.5,
@@ -334,6 +335,8 @@ def test_baseline_errors_take_the_newest_runs_of_a_profile_without_bias():
     # a workload with fewer runs than asked for is left out, not given a zero spread
     chosen = baseline_errors(records + [rec("20260106T000000Z-f", "once", 0.1)], "quick", 2)
     assert set(chosen.errors) == {"w"}
+    assert chosen.left_out == ["once"]
+    assert chosen.env == {"run": "20260103T000000Z-c"}  # the newest chosen run's, not "once"'s
 
 
 def test_a_multi_rank_baseline_keeps_the_predictions_at_the_fits_host_speed():
