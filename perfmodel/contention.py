@@ -44,6 +44,25 @@ t x (c + (k - c) x s) beside the others, where
   measured until then, gave x1.94-2.16 (probes and 26 runs);
 - s (:func:`memory_share`, 0 to 1) is the share of t the op needs to move its
   bytes at the rank's bandwidth alone: ``op.bytes_moved / (bandwidth x t)``.
+
+And one cost per wake-up (:attr:`Contention.wake_lag_s`, measured only when the
+ranks' threads outnumber the cores): when a collective that ranks sleep in
+completes, they all wake at once, the cores go to some of them, and the others
+wait for a core until a running rank blocks or its time slice ends. The last
+rank then reaches the next collective that much later than its share of the
+cores accounts for. :func:`measure_wake_lag` times rounds of (a blocking gloo
+``all_to_all``, then w seconds-alone of GEMM calls) on every rank at once for
+w = 0 and the two lengths of :data:`WAKE_WORK_S`; a round takes
+``T(w) = T(0) + c' x w + lag`` (:func:`wake_lag_from_rounds`). Probe on 4
+one-thread ranks on 2 cores of cpu-amd-epyc-f25m1-2c (a 4 KiB ``all_to_all``,
+T(0) 1.71 ms): T(w) - T(0) - 2.02 w was 0.4, 1.4, 2.6, 2.6, 3.5 and 2.6 ms for
+w of 1, 2, 4, 8, 16 and 32 ms; so the lag grows with the work before the wait
+(the ranks that hold the cores give them up when they block, after their own
+segment) and is whole from about 4 ms on. The simulator delays a rank's host by
+that lag each time it wakes from a collective, scaled down after less work
+(:func:`perfmodel.simulate.simulate`). Two one-thread ranks on the same 2
+cores read 0.6-1.8 ms (no trend in w from 2 to 32 ms): each rank has a core of
+its own there, so no rank waits for one; that is not modelled.
 """
 
 from __future__ import annotations
@@ -73,6 +92,14 @@ ROUNDS = 3
 #: The compute kernel's shape (:func:`gemm_kernel`): M x K activations times a
 #: K x N weight (4 MiB in float32: beyond a core's L2 cache, within the LLC).
 GEMM_SHAPE = {"M": 128, "K": 1024, "N": 1024}
+#: The wake-up lag's work (:func:`measure_wake_lag`): a GEMM of about 0.2 ms
+#: alone (operands in a core's L2 cache), so a segment holds a whole number of
+#: calls; and the two segment lengths of work (s alone): the shorter one is the
+#: least work after which the lag is whole (the simulator's ramp).
+WAKE_GEMM_SHAPE = {"M": 128, "K": 256, "N": 256}
+WAKE_WORK_S = (0.004, 0.032)
+#: Seconds of rounds (at the ranks' pace side by side) per segment length.
+WAKE_PHASE_S = 0.3
 
 
 @dataclass(frozen=True)
@@ -90,11 +117,12 @@ class Contention:
     together_Bps: float
     ranks_together: int
     compute_slowdown: float = 1.0
+    wake_lag_s: float = 0.0
 
     def __post_init__(self):
         if not self.slowdown >= 1.0 or not self.compute_slowdown >= 1.0 \
                 or not self.bandwidth_Bps > 0 or not self.together_Bps > 0 \
-                or self.ranks_together < 1:
+                or self.ranks_together < 1 or not 0.0 <= self.wake_lag_s < 1.0:
             raise ValueError(f"bad contention figures: {self}")
 
     def seconds(self, op: str, params: dict[str, int], dtype: str, direction: str,
@@ -178,19 +206,73 @@ def slowest_rank_slowdown(seconds: list[float], alone_s: float) -> float:
     return max(1.0, max(seconds) / alone_s)
 
 
-def gemm_kernel() -> tuple[Callable[[], object], int]:
-    """A float32 ``addmm`` of :data:`GEMM_SHAPE` at this process's torch threads,
-    and the bytes it moves (B, the op's ``bytes_moved``)."""
+def gemm_kernel(shape: dict[str, int] = GEMM_SHAPE) -> tuple[Callable[[], object], int]:
+    """A float32 ``addmm`` of ``shape`` (M, K, N) at this process's torch
+    threads, and the bytes it moves (B, the op's ``bytes_moved``)."""
     import torch
 
-    m, k, n = GEMM_SHAPE["M"], GEMM_SHAPE["K"], GEMM_SHAPE["N"]
+    m, k, n = shape["M"], shape["K"], shape["N"]
     bias, x, w = torch.randn(n), torch.randn(m, k), torch.randn(k, n)
     out = torch.empty(m, n)
     return ((lambda: torch.addmm(bias, x, w, out=out)),
-            int(op_bytes_moved("addmm", GEMM_SHAPE, "float32", "forward")))
+            int(op_bytes_moved("addmm", shape, "float32", "forward")))
 
 
-def measure_contention(world, llc_bytes: int) -> Contention | None:
+def wake_lag_from_rounds(round_s: dict[float, float]) -> float:
+    """The wake-up lag (s, >= 0) from round times: ``round_s`` maps the work per
+    round (s alone; 0 and two lengths) to the slowest rank's time per round (s).
+    With ``T(w) = T(0) + c' x w + lag`` for w > 0, c' is the slope between the two
+    lengths and the lag what the shorter one's round leaves over."""
+    if 0.0 not in round_s or len(round_s) != 3 or min(round_s) < 0.0 \
+            or not all(t > 0.0 for t in round_s.values()):
+        raise ValueError(f"need positive round times at no work and two lengths of work, "
+                         f"got {round_s!r}")
+    short, long = sorted(w for w in round_s if w > 0.0)
+    slope = (round_s[long] - round_s[short]) / (long - short)
+    return max(0.0, round_s[short] - round_s[0.0] - slope * short)
+
+
+def measure_wake_lag(world, sync: Callable[[], object],
+                     kernel: Callable[[], object] | None = None,
+                     clock: Callable[[], float] = time.perf_counter) -> float | None:
+    """The wake-up lag (s) of :class:`Contention` on the ranks of ``world``
+    (every rank calls this together; see the module docstring): rank 0 times
+    ``kernel`` (default: a GEMM of :data:`WAKE_GEMM_SHAPE`) alone; then, for no
+    work and each length of :data:`WAKE_WORK_S`, every rank runs rounds of
+    that much work and ``sync()`` (a blocking collective), and the slowest
+    rank's time per round enters :func:`wake_lag_from_rounds`. The median over
+    :data:`ROUNDS` at rank 0, None elsewhere. About 1.5 s on 4 ranks on 2 cores."""
+    if kernel is None:
+        kernel = gemm_kernel(WAKE_GEMM_SHAPE)[0]
+
+    def call_s() -> float:
+        run_seconds(kernel, WARMUP_CALLS, clock)
+        calls = max(CALLS, 4 * WARMUP_CALLS)
+        return run_seconds(kernel, calls, clock) / calls
+
+    lags = []
+    for _ in range(ROUNDS):
+        per_call = world.comm.bcast(world.on_rank0_alone(call_s, "the wake-up lag's GEMM alone"),
+                                    root=0)
+        round_s = {}
+        for work in (0.0, *WAKE_WORK_S):
+            calls = round(work / per_call)
+            rounds = max(4, round(WAKE_PHASE_S / (world.size * work + 2e-3)))
+            sync()
+            start = clock()
+            for _ in range(rounds):
+                run_seconds(kernel, calls, clock)
+                sync()
+            took = world.comm.gather((clock() - start) / rounds, root=0)
+            if world.rank == 0:
+                round_s[calls * per_call] = max(took)
+        if world.rank == 0:
+            lags.append(wake_lag_from_rounds(round_s))
+    return statistics.median(lags) if world.rank == 0 else None
+
+
+def measure_contention(world, llc_bytes: int,
+                       sync: Callable[[], object] | None = None) -> Contention | None:
     """Measure :class:`Contention` on the ranks of ``world`` (a
     :class:`~perfmodel.distributed.World`; every rank calls this together, at
     its own torch threads). Each of :data:`ROUNDS` rounds times the triad
@@ -200,7 +282,10 @@ def measure_contention(world, llc_bytes: int) -> Contention | None:
     (:func:`side_by_side`): k and c are the medians over segments of
     :func:`slowest_rank_slowdown` (c with the GEMM's memory part taken out).
     Returns the figures at rank 0 (k and c the medians over rounds; the
-    bandwidths those of the round of median k), None elsewhere. About 3 seconds."""
+    bandwidths those of the round of median k), None elsewhere. About 3 seconds.
+    With ``sync`` (a blocking collective on every rank; pass it when the ranks'
+    threads outnumber the cores), also the wake-up lag (:func:`measure_wake_lag`,
+    1.5 s more); without it the lag is 0."""
     from perfmodel.device import triad_kernel
 
     triad, triad_bytes = triad_kernel(llc_bytes)
@@ -213,10 +298,11 @@ def measure_contention(world, llc_bytes: int) -> Contention | None:
             rounds.append(Contention(k, alone_Bps, alone_Bps / k, world.size))
             computes.append(compute_slowdown(gemm_slowdown, min(0.99, gemm_alone / alone_Bps),
                                              k))
+    lag = None if sync is None else measure_wake_lag(world, sync)
     if world.rank != 0:
         return None
     median = sorted(rounds, key=lambda c: c.slowdown)[len(rounds) // 2]
-    return replace(median, compute_slowdown=statistics.median(computes))
+    return replace(median, compute_slowdown=statistics.median(computes), wake_lag_s=lag or 0.0)
 
 
 def side_by_side(world, kernel: Callable[[], object], moved_bytes: int, what: str,

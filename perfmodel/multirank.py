@@ -36,7 +36,10 @@ And when the ranks' threads outnumber the cores (4 one-thread ranks on 2 cores)
 each rank gets only a share of a core: its ops and host work run slower by the
 compute slowdown the ranks measure together (the contention's c: 2.06-2.15
 there, 1.00-1.03 at 2 ranks; :func:`oversubscription`, 2 there, where it was
-not measured).
+not measured). There, too, a rank that sleeps in a collective waits for a core
+when it wakes: the ranks measure that wake-up lag (``sync`` of
+:func:`perfmodel.contention.measure_contention`), and each rank's host runs again
+that much later after each wait for a collective.
 
 Measured time: after warm-up, each of ``repeat`` blocks of ``number``
 iterations starts at a ``torch.distributed`` barrier (gloo's, which blocks
@@ -62,7 +65,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from perfmodel.contention import Contention, measure_contention
+from perfmodel.contention import WAKE_WORK_S, Contention, measure_contention
 from perfmodel.drift import HostDrift, HostSpeed, measure_host_speed
 from perfmodel.e2e import (MEASURE, TRACE_ITERATIONS, TRACE_WARMUP, E2EResult, IterationTiming,
                            shared_table, traces_dir)
@@ -206,7 +209,10 @@ def predict_ranks(graphs: list[Graph], fit, table: OverheadTable,
     ``comm_share`` of each collective's CPU time is charged to its rank's host
     (see :func:`comm_host_share`). A collective that overlaps its rank's compute
     slows down to its ``loaded`` time, where measured (see
-    :mod:`perfmodel.simulate`)."""
+    :mod:`perfmodel.simulate`). A rank's host that waited for a collective runs
+    again the contention's wake-up lag later (after less host work than the
+    shorter of :data:`~perfmodel.contention.WAKE_WORK_S` alone, times
+    ``cpu_share``, a share of it)."""
     comm = comm_pricer(fit)
 
     def beside(task, fit_s: float) -> float:
@@ -226,7 +232,8 @@ def predict_ranks(graphs: list[Graph], fit, table: OverheadTable,
         per_rank.append(tasks)
         for key, n in rank_missing.items():
             missing[key] = missing.get(key, 0) + n
-    sim = simulate_ranks(per_rank, keep_timeline, comm_share)
+    lag = 0.0 if contention is None else contention.wake_lag_s
+    sim = simulate_ranks(per_rank, keep_timeline, comm_share, lag, WAKE_WORK_S[0] * cpu_share)
     return RanksPrediction(sim.total_s, _mean_over_ranks(r.breakdown_s for r in sim.ranks),
                            _mean_over_ranks(r.regions_s for r in sim.ranks), sim, missing)
 
@@ -427,7 +434,9 @@ def _run_rank(args: argparse.Namespace, world, label: str) -> None:
         cfg = cfg.tiny()
     step = cfg.build("cpu", seed=0)
     store = ResultStore(Path(args.results), args.device_key)
-    contention = measure_contention(world, cpu_cache_sizes()[1])
+    oversubscribed = world.local_size * torch.get_num_threads() > args.cores
+    contention = measure_contention(world, cpu_cache_sizes()[1],
+                                    sync=_small_all_to_all(world.size) if oversubscribed else None)
 
     def host_speed():  # alone, as for the contention's bandwidth alone
         return world.on_rank0_alone(measure_host_speed, "the host speed")
@@ -452,6 +461,17 @@ def _run_rank(args: argparse.Namespace, world, label: str) -> None:
                                json.loads(args.bias), torch.get_num_threads(), args.cores,
                                contention, speed)
         write_json_atomic(Path(args.out), record)
+
+
+def _small_all_to_all(world_size: int) -> Callable[[], object]:
+    """A blocking gloo ``all_to_all`` of 1 KiB per rank pair: the sync of the
+    contention's wake-up lag."""
+    import torch
+    import torch.distributed as dist
+
+    send = torch.zeros(256 * world_size)
+    receive = torch.empty_like(send)
+    return lambda: dist.all_to_all_single(receive, send)
 
 
 def result_record(label: str, graphs: list[Graph], fit, table: OverheadTable,

@@ -40,6 +40,13 @@ rank's host is busy and at 1 / (its idle time) while the host waits (for it or
 for anything else) or is done (:func:`progress_end`); it ends when the slowest
 rank's share of the work is done. :func:`simulate_ranks` finds these durations
 together with the synchronised starts.
+
+Ranks that outnumber the cores also lose time each time they wake from a
+collective: the cores go to some of the woken ranks, and the others wait for one
+(see :mod:`perfmodel.contention`). A host that waits for a collective (for its
+output or at a sync) runs again ``wake_lag_s`` after it ends, or a share of that
+when the host computed for less than ``wake_ramp_s`` since it last woke (the
+ranks that took the cores give them up sooner when they block sooner).
 """
 
 from __future__ import annotations
@@ -99,13 +106,20 @@ class SimResult:
 
 def simulate(tasks: list[SimTask], keep_timeline: bool = True,
              collective_start_s: Sequence[float] = (), comm_host_share: float = 0.0,
-             collective_s: Sequence[float] = ()) -> SimResult:
+             collective_s: Sequence[float] = (), wake_lag_s: float = 0.0,
+             wake_ramp_s: float = 0.0) -> SimResult:
     """Simulate ``tasks`` in order; see the module docstring. The n-th
     collective starts no earlier than ``collective_start_s[n]`` when given (s)
     and lasts ``collective_s[n]`` when given (s; otherwise its kernel's time);
-    ``comm_host_share`` of each collective's CPU time is charged to the host."""
+    ``comm_host_share`` of each collective's CPU time is charged to the host;
+    a host that waited for a collective runs again up to ``wake_lag_s`` (s)
+    after it ends, the whole lag after ``wake_ramp_s`` (s) of host work since it
+    last woke (see the module docstring)."""
     if not 0.0 <= comm_host_share <= 1.0:
         raise ValueError(f"comm_host_share must be in [0, 1], got {comm_host_share!r}")
+    if not (wake_lag_s >= 0.0 and wake_ramp_s >= 0.0):
+        raise ValueError(f"the wake-up lag and its ramp must be >= 0 s, got {wake_lag_s!r} "
+                         f"and {wake_ramp_s!r}")
     comm_ready: dict[int, float] = {}  # tensor id -> end of the collective that wrote it
     collective_ready: list[float] = []
     waits: list[tuple[float, float]] = []
@@ -117,9 +131,22 @@ def simulate(tasks: list[SimTask], keep_timeline: bool = True,
     regions: dict[str, float] = {}
     intervals: list[tuple[float, float]] = []
     timeline: list[tuple[str, str, float, float]] = []
+    woke_busy = 0.0  # host_busy when the host last woke from a collective
+
+    def wake(until: float) -> float:  # when a host that waits until `until` runs again
+        nonlocal woke_busy
+        if until > cpu:
+            if wake_lag_s > 0.0:
+                ramp = 1.0 if wake_ramp_s <= 0.0 else min(1.0, (host_busy - woke_busy)
+                                                          / wake_ramp_s)
+                until += wake_lag_s * ramp
+            woke_busy = host_busy
+        return until
+
     for task in tasks:
         if comm_ready and not task.kernels:
-            cpu = _wait(waits, cpu, max([cpu, *(comm_ready.get(t, 0.0) for t in task.inputs)]))
+            cpu = _wait(waits, cpu, wake(max([cpu, *(comm_ready.get(t, 0.0)
+                                                    for t in task.inputs)])))
         start = cpu
         cpu += task.host_s
         host_busy += task.host_s
@@ -161,7 +188,7 @@ def simulate(tasks: list[SimTask], keep_timeline: bool = True,
                 if task.collective:
                     comm_ready[t] = end
         if task.sync and stream_free:
-            cpu = _wait(waits, cpu, max(cpu, max(stream_free.values())))
+            cpu = _wait(waits, cpu, wake(max(cpu, max(stream_free.values()))))
     total = max([cpu, *stream_free.values()])
     active = _union_length(intervals)
     return SimResult(total, breakdown, regions, host_busy, active,
@@ -210,9 +237,11 @@ class MultiRankResult:
 
 
 def simulate_ranks(ranks: Sequence[list[SimTask]], keep_timeline: bool = True,
-                   comm_host_share: float = 0.0) -> MultiRankResult:
+                   comm_host_share: float = 0.0, wake_lag_s: float = 0.0,
+                   wake_ramp_s: float = 0.0) -> MultiRankResult:
     """Simulate one task list per rank with the collectives synchronised (see
-    the module docstring; ``comm_host_share`` as for :func:`simulate`);
+    the module docstring; ``comm_host_share``, ``wake_lag_s`` and
+    ``wake_ramp_s`` as for :func:`simulate`);
     ValueError when the ranks issue different numbers of collectives.
 
     Each rank is simulated on its own with a lower bound on every collective's
@@ -232,8 +261,8 @@ def simulate_ranks(ranks: Sequence[list[SimTask]], keep_timeline: bool = True,
     starts: list[float] = [0.0] * n
     durations: list[float] = []
     for _ in range(MAX_ROUNDS_PER_COLLECTIVE * n + 1):
-        results = [simulate(tasks, False, starts, comm_host_share, durations)
-                   for tasks in ranks]
+        results = [simulate(tasks, False, starts, comm_host_share, durations, wake_lag_s,
+                            wake_ramp_s) for tasks in ranks]
         latest = [max(r.collective_ready_s[k] for r in results) for k in range(n)]
         settled = latest == starts
         starts = latest
@@ -244,8 +273,8 @@ def simulate_ranks(ranks: Sequence[list[SimTask]], keep_timeline: bool = True,
             durations = now
         if settled:
             break
-    results = [simulate(tasks, keep_timeline, starts, comm_host_share, durations)
-               for tasks in ranks]
+    results = [simulate(tasks, keep_timeline, starts, comm_host_share, durations, wake_lag_s,
+                        wake_ramp_s) for tasks in ranks]
     return MultiRankResult(max((r.total_s for r in results), default=0.0), results, starts)
 
 

@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfmodel.contention import (Contention, byte_rate, compute_slowdown, measure_contention,
-                                  memory_share, run_seconds, slowest_rank_slowdown)
+from perfmodel.contention import (WAKE_WORK_S, Contention, byte_rate, compute_slowdown,
+                                  measure_contention, measure_wake_lag, memory_share,
+                                  run_seconds, slowest_rank_slowdown, wake_lag_from_rounds)
 from perfmodel.distributed import World, _OneRank
 from perfmodel.graph import Graph, Task
 from perfmodel.ops import get_op
@@ -182,6 +183,50 @@ def test_one_rank_measures_itself_alone_and_together():
     assert contention.ranks_together == 1
     assert contention.slowdown >= 1.0 and contention.compute_slowdown >= 1.0
     assert contention.bandwidth_Bps > 1e8 and contention.together_Bps > 1e8
+
+
+@given(st.floats(1e-5, 0.01), st.floats(1.0, 4.0), st.floats(0.0, 0.01),
+       st.floats(0.001, 0.01), st.floats(2.0, 20.0))
+def test_the_wake_up_lag_is_what_a_round_leaves_over_its_work(latency, c, lag, short, times):
+    long = short * times
+    rounds = {0.0: latency, short: latency + c * short + lag, long: latency + c * long + lag}
+    assert wake_lag_from_rounds(rounds) == pytest.approx(lag, abs=1e-9)
+    # rounds faster than the slope are no negative lag
+    assert wake_lag_from_rounds({**rounds, short: latency + c * short - 0.001}) >= 0.0
+
+
+@pytest.mark.parametrize("rounds", [{0.001: 1.0, 0.004: 2.0, 0.032: 3.0},
+                                    {0.0: 1.0, 0.004: 2.0},
+                                    {0.0: 0.0, 0.004: 2.0, 0.032: 3.0}])
+def test_the_wake_up_lag_needs_three_positive_round_times_with_no_work_among_them(rounds):
+    with pytest.raises(ValueError, match="no work and two lengths"):
+        wake_lag_from_rounds(rounds)
+
+
+def test_the_wake_up_lag_is_measured_with_the_given_sync_and_clock():
+    """One rank, a fake clock: each GEMM call takes 1 ms, each sync 2 ms, and a
+    sync after work 0.5 ms more (the lag); the measurement finds the 0.5 ms."""
+    now = [0.0]
+    worked = [False]
+
+    def kernel():
+        now[0] += 1e-3
+        worked[0] = True
+
+    def sync():
+        now[0] += 2e-3 + (0.5e-3 if worked[0] else 0.0)
+        worked[0] = False
+
+    world = World(0, 1, 0, 1, _OneRank())
+    lag = measure_wake_lag(world, sync, kernel, clock=lambda: now[0])
+    assert lag == pytest.approx(0.5e-3)
+    assert round(WAKE_WORK_S[0] / 1e-3) >= 1
+
+
+def test_contention_without_a_sync_has_no_wake_up_lag():
+    assert measure_contention(World(0, 1, 0, 1, _OneRank()), llc_bytes=0).wake_lag_s == 0.0
+    with pytest.raises(ValueError, match="bad contention figures"):
+        Contention(2.0, 1e10, 5e9, 4, 2.0, wake_lag_s=-1e-3)
 
 
 def test_sim_tasks_applies_the_host_op_hook_to_op_tasks_only():

@@ -209,3 +209,34 @@ def test_predicted_covers_every_rank_and_the_communication(ranks, data):
         # no rank could have started it earlier, and it starts at the same time everywhere
         assert all(start >= r.collective_ready_s[k] - 1e-12 for r in result.ranks)
         assert any(start == r.collective_ready_s[k] for r in result.ranks)
+
+
+def test_a_rank_that_wakes_from_a_collective_runs_again_the_lag_later():
+    """Ranks that outnumber the cores: after sleeping in a collective, a rank waits
+    for a core; only waits count, and after short work only a share of the lag."""
+    rank = [compute(1.0), collective(0.5, 7), compute(0.2, inputs=(7,))]
+    plain = simulate_ranks([rank, rank]).total_s
+    lagged = simulate_ranks([rank, rank], wake_lag_s=0.3)
+    assert lagged.total_s == pytest.approx(plain + 0.3)
+    assert lagged.ranks[0].host_waits_s == [(pytest.approx(1.0), pytest.approx(1.8))]
+    # 1.0 s of host work before the wait is a quarter of a 4.0 s ramp
+    assert simulate_ranks([rank, rank], wake_lag_s=0.3, wake_ramp_s=4.0).total_s == \
+        pytest.approx(plain + 0.075)
+    # a host that reads the output after the collective is over never sleeps
+    late = [compute(1.0), collective(0.5, 7), compute(1.0), compute(0.2, inputs=(7,))]
+    assert simulate_ranks([late, late], wake_lag_s=0.3).total_s == \
+        pytest.approx(simulate_ranks([late, late]).total_s)
+    with pytest.raises(ValueError, match="wake-up lag and its ramp must be >= 0 s"):
+        simulate(rank, wake_lag_s=-0.1)
+
+
+@settings(max_examples=50)
+@given(st.lists(st.floats(0.0, 0.1), min_size=1, max_size=6), st.floats(0.0, 0.05),
+       st.floats(0.0, 0.2))
+def test_the_wake_up_lag_never_shortens_an_iteration(work, lag, ramp):
+    rank = []
+    for i, seconds in enumerate(work):
+        rank += [compute(seconds), collective(0.01, i), compute(0.001, inputs=(i,))]
+    plain = simulate_ranks([rank, rank]).total_s
+    lagged = simulate_ranks([rank, rank], wake_lag_s=lag, wake_ramp_s=ramp).total_s
+    assert plain - 1e-12 <= lagged <= plain + len(work) * lag + 1e-9
