@@ -241,7 +241,7 @@ def measure_wake_lag(world, sync: Callable[[], object],
     work and each length of :data:`WAKE_WORK_S`, every rank runs rounds of
     that much work and ``sync()`` (a blocking collective), and the slowest
     rank's time per round enters :func:`wake_lag_from_rounds`. The median over
-    :data:`ROUNDS` at rank 0, None elsewhere. About 1.5 s on 4 ranks on 2 cores."""
+    :data:`ROUNDS` at rank 0, None elsewhere. About 2.2 s on 4 ranks on 2 cores."""
     if kernel is None:
         kernel = gemm_kernel(WAKE_GEMM_SHAPE)[0]
 
@@ -285,7 +285,7 @@ def measure_contention(world, llc_bytes: int,
     bandwidths those of the round of median k), None elsewhere. About 3 seconds.
     With ``sync`` (a blocking collective on every rank; pass it when the ranks'
     threads outnumber the cores), also the wake-up lag (:func:`measure_wake_lag`,
-    1.5 s more); without it the lag is 0."""
+    2.2 s more); without it the lag is 0."""
     from perfmodel.device import triad_kernel
 
     triad, triad_bytes = triad_kernel(llc_bytes)
