@@ -50,8 +50,8 @@ ranks' threads outnumber the cores): when a collective that ranks sleep in
 completes, they all wake at once, the cores go to some of them, and the others
 wait for a core until a running rank blocks or its time slice ends. The last
 rank then reaches the next collective that much later than its share of the
-cores accounts for. :func:`measure_wake_lag` times rounds of (a blocking gloo
-``all_to_all``, then w seconds-alone of GEMM calls) on every rank at once for
+cores accounts for. :func:`measure_wake_lag` times rounds of (w seconds-alone
+of GEMM calls, then a blocking gloo ``all_to_all``) on every rank at once for
 w = 0 and the two lengths of :data:`WAKE_WORK_S`; a round takes
 ``T(w) = T(0) + c' x w + lag`` (:func:`wake_lag_from_rounds`). Probe on 4
 one-thread ranks on 2 cores of cpu-amd-epyc-f25m1-2c (a 4 KiB ``all_to_all``,
@@ -245,10 +245,8 @@ def measure_wake_lag(world, sync: Callable[[], object],
     if kernel is None:
         kernel = gemm_kernel(WAKE_GEMM_SHAPE)[0]
 
-    def call_s() -> float:
-        run_seconds(kernel, WARMUP_CALLS, clock)
-        calls = max(CALLS, 4 * WARMUP_CALLS)
-        return run_seconds(kernel, calls, clock) / calls
+    def call_s() -> float:  # one "byte" per call: byte_rate counts calls per second
+        return 1.0 / byte_rate(kernel, 1, min_s=0.0, clock=clock)
 
     lags = []
     for _ in range(ROUNDS):

@@ -434,7 +434,7 @@ def _run_rank(args: argparse.Namespace, world, label: str) -> None:
         cfg = cfg.tiny()
     step = cfg.build("cpu", seed=0)
     store = ResultStore(Path(args.results), args.device_key)
-    oversubscribed = world.local_size * torch.get_num_threads() > args.cores
+    oversubscribed = oversubscription(world.local_size, torch.get_num_threads(), args.cores) > 1
     contention = measure_contention(world, cpu_cache_sizes()[1],
                                     sync=_small_all_to_all(world.size) if oversubscribed else None)
 
