@@ -5,7 +5,7 @@ Submodules are imported on demand so that ``import perfmodel`` stays cheap;
 only :func:`perfmodel.region` (torch-free) is imported here.
 """
 
-from perfmodel.region import region
+from perfmodel.trace.region import region
 
 __version__ = "0.1.0"
 __all__ = ["region"]

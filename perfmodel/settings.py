@@ -23,7 +23,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfmodel.gate import DEFAULT_MIN_MARGIN, DEFAULT_SPREAD_K, GatePolicy
+from perfmodel.gate.baseline import DEFAULT_MIN_MARGIN, DEFAULT_SPREAD_K, GatePolicy
 from perfmodel.ops import OPS
 
 DEFAULT_GMAE_THRESHOLD = 0.15

@@ -1,6 +1,6 @@
 """Report microbench items to pytest-benchmark, from perfmodel's own samples.
 
-perfmodel times each case with :class:`perfmodel.timing.Timer` (warm-up,
+perfmodel times each case with :class:`perfmodel.measure.timer.Timer` (warm-up,
 blocks for short calls, adaptive stopping, CUDA events); this module hands
 those samples to pytest-benchmark instead of timing the op a second time, so
 microbench items appear in its table, in ``--benchmark-json`` and
@@ -25,7 +25,7 @@ import pytest
 
 def feed_benchmark(request: pytest.FixtureRequest, measurements) -> bool:
     """Give pytest-benchmark the samples of ``measurements`` (the replicates of
-    one case, :class:`perfmodel.timing.Measurement`) as this item's benchmark.
+    one case, :class:`perfmodel.measure.timer.Measurement`) as this item's benchmark.
 
     Returns False, doing nothing, when pytest-benchmark is absent, disabled or
     skipping, or when no measurement kept its samples.
@@ -41,7 +41,7 @@ def feed_benchmark(request: pytest.FixtureRequest, measurements) -> bool:
     # marks the fixture used (so it neither warns nor times again).
     fixture._mode = "perfmodel"
     metadata = fixture._make_stats(first.number)
-    metadata.options = {"timer": f"perfmodel.timing.Timer({first.timer})",
+    metadata.options = {"timer": f"perfmodel.measure.timer.Timer({first.timer})",
                         "min_rounds": len(samples), "warmup": first.warmup_n,
                         "disable_gc": False, "min_time": 0.0, "max_time": None,
                         "precision": None, "confidence": None}

@@ -1,4 +1,4 @@
-"""pytest side of multi-rank runs (the logic lives in :mod:`perfmodel.distributed`).
+"""pytest side of multi-rank runs (the logic lives in :mod:`perfmodel.world`).
 
 - ``--perfmodel-ranks N`` re-runs the same pytest command under ``mpiexec -n N``
   and exits with its status.
@@ -25,8 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.distributed import (DEFAULT_TIMEOUT_S, launcher_world, local_ranks, mpi_world,
-                                   mpiexec_path, threads_per_rank)
+from perfmodel.world import DEFAULT_TIMEOUT_S, launcher_world, local_ranks, mpi_world, mpiexec_path, threads_per_rank
 
 _SYNCED = pytest.StashKey[bool]()
 #: whether the session measures microbenchmarks other than collectives (on any rank)
@@ -231,7 +230,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if "torch.distributed" in sys.modules and mpi_world().device is not None:
-        from perfmodel.distributed import shutdown_distributed
+        from perfmodel.world import shutdown_distributed
 
         shutdown_distributed()
 
@@ -239,8 +238,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def benchmark_collective(pm, case) -> None:
     """Measure collective ``case`` on every rank; rank 0 stores the records.
     Skips a case written for another world size."""
-    from perfmodel.bench import REPLICATES
-    from perfmodel.distributed import collective_record, init_distributed, measure_collective
+    from perfmodel.measure.bench import REPLICATES
+    from perfmodel.measure.collectives import collective_record, measure_collective
+    from perfmodel.world import init_distributed
 
     world = mpi_world()
     wanted = case.params["world_size"]

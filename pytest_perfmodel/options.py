@@ -38,13 +38,13 @@ def check_options(config: pytest.Config) -> tuple[dict[str, float], Settings]:
         raise pytest.UsageError(f"--perfmodel-target-ci: must be a fraction in (0, 1), "
                                 f"got {opt.perfmodel_target_ci:g}")
     if opt.perfmodel_device is not None:
-        from perfmodel.device import parse_device
+        from perfmodel.device.spec import parse_device
 
         try:
             parse_device(opt.perfmodel_device)
         except ValueError as exc:
             raise pytest.UsageError(f"--perfmodel-device: {exc}") from None
-    from perfmodel.predict import parse_bias
+    from perfmodel.simulate.predict import parse_bias
 
     try:
         bias = parse_bias(opt.perfmodel_plant_bias)

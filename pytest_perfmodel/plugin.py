@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.bench import BUDGET_S, COLLECTIVE_BUDGET_S
+from perfmodel.measure.bench import BUDGET_S, COLLECTIVE_BUDGET_S
 from perfmodel.ops import PROFILES, cases_for, get_op
 from pytest_perfmodel.options import check_options
 from pytest_perfmodel.session import Options, PerfmodelSession, default_threads
@@ -130,7 +130,7 @@ def perfmodel_predict(request: pytest.FixtureRequest):
             assert result.error < 0.2
 
     ``loss_fn(model, batch)`` returns the loss; the call returns a
-    :class:`perfmodel.e2e.E2EResult` (``predicted_s``, ``measured``,
+    :class:`perfmodel.e2e.single.E2EResult` (``predicted_s``, ``measured``,
     ``breakdown_s``, ``error``). Uses the session's device and stored fit.
     """
     return request.config.stash[SESSION_KEY].predict_model

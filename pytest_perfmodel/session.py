@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.gate import (Verdict, WorkloadRuns, check_errors, error_fails, load_baseline,
+from perfmodel.gate.baseline import (Verdict, WorkloadRuns, check_errors, error_fails, load_baseline,
                             save_baseline)
 from perfmodel.settings import Settings
-from perfmodel.store import ResultStore, new_run_id
+from perfmodel.store.results import ResultStore, new_run_id
 
 
 @dataclass
@@ -88,7 +88,7 @@ class PerfmodelSession:
         #: other processes timing microbenchmarks on this host at the same time (the
         #: other ranks of a sharded sweep on one host, or the other xdist workers); a
         #: CPU record carries it as ``timed_beside`` (see
-        #: :func:`perfmodel.fitting.newest_per_config`)
+        #: :func:`perfmodel.fit.fitting.newest_per_config`)
         self.timed_beside = 0
         self.accuracy: list = []  # OpAccuracy of the accuracy items that ran
         self.e2e: list = []  # E2EResult of the e2e items that ran
@@ -100,7 +100,7 @@ class PerfmodelSession:
         self._graphs: dict = {}  # workload -> task Graph traced this session
         self.notes: list[str] = []  # informational lines for the summary
         #: Microbench measurements taken, and the ids of those whose spread was
-        #: wide (:attr:`perfmodel.timing.Measurement.wide_spread`), for the summary.
+        #: wide (:attr:`perfmodel.measure.timer.Measurement.wide_spread`), for the summary.
         self.measured = 0
         self.wide_spread: list[str] = []
         self.problems: list[str] = []  # unreadable result files, reported in the summary
@@ -109,14 +109,14 @@ class PerfmodelSession:
     # -- lazily created ------------------------------------------------------------
     @property
     def device(self):
-        """The :class:`~perfmodel.device.DeviceSpec` in use (detected once)."""
+        """The :class:`~perfmodel.device.spec.DeviceSpec` in use (detected once)."""
         if self._device is None:
             if self.device_unavailable:
                 pytest.skip(self.device_unavailable)
             import torch
 
-            from perfmodel.allocator import keep_freed_memory
-            from perfmodel.device import detect_device
+            from perfmodel.measure.allocator import keep_freed_memory
+            from perfmodel.device.probe import detect_device
 
             torch.set_num_threads(self.options.threads)
             keep_freed_memory()
@@ -142,7 +142,7 @@ class PerfmodelSession:
     @property
     def env(self) -> dict:
         if self._env is None:
-            from perfmodel.env import environment
+            from perfmodel.measure.env import environment
 
             self._env = environment(self.device.key, self.options.threads, cwd=self.rootdir)
         return self._env
@@ -154,7 +154,7 @@ class PerfmodelSession:
 
     @property
     def timer_settings(self):
-        from perfmodel.bench import TimerSettings
+        from perfmodel.measure.bench import TimerSettings
 
         return TimerSettings(target_rel_ci=self.options.target_rel_ci,
                              budget_s=self.options.budget_s, cold_cache=self.options.cold_cache)
@@ -172,7 +172,7 @@ class PerfmodelSession:
     def benchmark(self, case, request: pytest.FixtureRequest | None = None) -> None:
         """Measure ``case`` and append its records to this run's file; with the
         item's ``request``, also report the samples to pytest-benchmark."""
-        from perfmodel.bench import MAX_CALL_S, CaseUnsupported, benchmark_case, measurement_record
+        from perfmodel.measure.bench import MAX_CALL_S, CaseUnsupported, benchmark_case, measurement_record
         from perfmodel.ops import get_op
 
         if get_op(case.op).family == "collective":  # on every rank; rank 0 stores
@@ -204,9 +204,9 @@ class PerfmodelSession:
             feed_benchmark(request, measurements)
 
     def host_speed(self) -> dict | None:
-        """On a CPU, the host's speed (:class:`~perfmodel.drift.HostSpeed`, as
+        """On a CPU, the host's speed (:class:`~perfmodel.measure.drift.HostSpeed`, as
         a record field): see :attr:`host_speed_source`; when sampled, measured
-        now if the last sample is older than :data:`~perfmodel.drift.SPEED_INTERVAL_S`.
+        now if the last sample is older than :data:`~perfmodel.measure.drift.SPEED_INTERVAL_S`.
         None on other devices and when off.
 
         The reference ops must run alone: beside another rank's op, the earlier
@@ -216,7 +216,7 @@ class PerfmodelSession:
             return None
         if self.host_speed_source == "fixed":
             return None if self._host_speed is None else self._host_speed[1]
-        from perfmodel.drift import SPEED_INTERVAL_S, measure_host_speed
+        from perfmodel.measure.drift import SPEED_INTERVAL_S, measure_host_speed
 
         now = time.monotonic()
         if self._host_speed is None or now - self._host_speed[0] > SPEED_INTERVAL_S:
@@ -232,10 +232,10 @@ class PerfmodelSession:
     def fit(self):
         """Predictors fitted on the stored measurements of this device taken
         at this session's thread count (``--perfmodel-threads``) and host allocator
-        policy; collectives at any (:func:`perfmodel.fitting.current_fit`: the
+        policy; collectives at any (:func:`perfmodel.fit.fitting.current_fit`: the
         newest stored fit when nothing new qualifies, else a fresh one, saved)."""
         if self._fit is None:
-            from perfmodel.fitting import current_fit
+            from perfmodel.fit.fitting import current_fit
 
             self._fit, problems = current_fit(self.store, self.device, self.run_id)
             self._note_problems(problems)
@@ -251,7 +251,7 @@ class PerfmodelSession:
 
     def _shared_table(self):
         """The device's shared overhead table; unreadable sample files are noted."""
-        from perfmodel.e2e import shared_table
+        from perfmodel.e2e.single import shared_table
 
         table, problems = shared_table(self.store.dir, self.device.mem_bandwidth_Bps)
         self._note_problems(problems)
@@ -278,7 +278,7 @@ class PerfmodelSession:
     def run_e2e(self, workload: str) -> None:
         """Trace, predict and measure ``workload`` (``baseline_runs`` times when
         saving a baseline), and record its error for the gate."""
-        from perfmodel.e2e import predict_and_measure
+        from perfmodel.e2e.single import predict_and_measure
 
         fit = self._required_fit()
         self._trace_expected_workloads()
@@ -300,8 +300,8 @@ class PerfmodelSession:
     def confirm_e2e(self, result, step, items: int):
         """``result``, with ``step`` (one iteration over ``items`` samples) measured
         once more when the error alone fails the gate against the stored baseline
-        (:func:`perfmodel.gate.error_fails`): the repeat decides."""
-        from perfmodel.e2e import measure_again
+        (:func:`perfmodel.gate.baseline.error_fails`): the repeat decides."""
+        from perfmodel.e2e.single import measure_again
 
         try:
             baseline = load_baseline(self.store.baseline_path(self.options.profile))
@@ -322,13 +322,13 @@ class PerfmodelSession:
         record its error as ``<workload>@<world_size>`` for the gate.
 
         The ranks share this host's usable cores and load the fit of their own
-        thread count (:func:`perfmodel.multirank.rank_threads`). When this
+        thread count (:func:`perfmodel.e2e.ranks.rank_threads`). When this
         session runs at that count (``--perfmodel-threads 1`` for 2 or 4 ranks
         on 2 cores) its fit is refreshed and saved first; otherwise the newest
         stored fit of that count is used (noted in the summary), and the item is
         skipped naming the command to run when there is none (like a missing
         package: the sweep goes on)."""
-        from perfmodel.multirank import MultirankError, rank_threads, require_fit, run_multirank
+        from perfmodel.e2e.ranks import MultirankError, rank_threads, require_fit, run_multirank
 
         threads = rank_threads(world_size)
         if self.device.kind == "cpu" and self.device.threads == threads:
@@ -365,7 +365,7 @@ class PerfmodelSession:
         """``workload`` built on this device (full size on a GPU); skips the item,
         and drops it from the gate with a warning, when a package it needs is
         missing."""
-        from perfmodel.e2e import GPU_WORKLOAD_SIZE, WORKLOAD_SIZE
+        from perfmodel.e2e.single import GPU_WORKLOAD_SIZE, WORKLOAD_SIZE
         from perfmodel.workloads import build_workload
 
         sizes = WORKLOAD_SIZE if self.device.kind == "cpu" else GPU_WORKLOAD_SIZE
@@ -380,7 +380,7 @@ class PerfmodelSession:
 
     def _trace(self, workload: str, step):
         """Trace ``step``, save its overhead samples, and keep its task graph."""
-        from perfmodel.e2e import trace_workload
+        from perfmodel.e2e.single import trace_workload
 
         self._graphs[workload] = trace_workload(workload, step.step, self.store.dir,
                                                 self.torch_device, self.device.mem_bandwidth_Bps)
@@ -388,9 +388,9 @@ class PerfmodelSession:
 
     def predict_model(self, model, batch, loss_fn, optimizer, *, items: int | None = None,
                       name: str = "user_model", measure: bool = True):
-        """:func:`perfmodel.e2e.predict_model` on this session's device, fit and
+        """:func:`perfmodel.e2e.single.predict_model` on this session's device, fit and
         overhead table; the result shows in the summary but is not gated."""
-        from perfmodel.e2e import batch_items, predict_step, training_step
+        from perfmodel.e2e.single import batch_items, predict_step, training_step
 
         fit = self._required_fit()
         table = self._shared_table()
@@ -403,7 +403,7 @@ class PerfmodelSession:
     def time_prediction(self, workload: str, tasks: int, limit_s: float) -> None:
         """Time the prediction of ``workload``'s graph repeated to ``tasks`` tasks;
         fail the item when it takes longer than ``limit_s``."""
-        from perfmodel.e2e import time_prediction
+        from perfmodel.e2e.single import time_prediction
 
         fit = self._required_fit()
         graph = self._graphs.get(workload) or self._trace(workload, self._build(workload))
@@ -417,7 +417,7 @@ class PerfmodelSession:
     def write_report(self) -> None:
         """Write the HTML report of the stored results (rank 0 only under MPI); its
         path, or why it was not written, goes to the summary."""
-        from perfmodel.distributed import launcher_world
+        from perfmodel.world import launcher_world
         from perfmodel.report import build_report
 
         world = launcher_world()
@@ -433,12 +433,12 @@ class PerfmodelSession:
         self.notes.append(f"report written to {path}")
 
     def run_stability(self, rounds: int) -> None:
-        """The gate-stability experiment (:mod:`perfmodel.stability`): ``rounds`` times,
+        """The gate-stability experiment (:mod:`perfmodel.gate.stability`): ``rounds`` times,
         trace and measure every workload of the baseline once and score each planted-bias
         variant with the gate against that same measurement. The tally goes to the
         summary and, after every round, to ``results/<key>/stability/<run-id>.json``."""
         from perfmodel.plaindata import write_json_atomic
-        from perfmodel.stability import (StabilityTally, measure_variants, run_rounds,
+        from perfmodel.gate.stability import (StabilityTally, measure_variants, run_rounds,
                                          workloads_to_run)
         from perfmodel.workloads import WORKLOADS
 
@@ -488,7 +488,7 @@ class PerfmodelSession:
 
     def _measure_workload(self, name: str) -> float:
         """A fresh build of workload ``name``, measured once (median, s)."""
-        from perfmodel.e2e import measure_profile
+        from perfmodel.e2e.single import measure_profile
 
         step = self._build(name)
         return measure_profile(step.step, step.items, self.torch_device,
@@ -500,7 +500,7 @@ class PerfmodelSession:
                 self.problems.append(problem)
 
     def record_e2e(self, result) -> None:
-        """Store an :class:`~perfmodel.e2e.E2EResult` (with the id of the training
+        """Store an :class:`~perfmodel.e2e.single.E2EResult` (with the id of the training
         data of the fit that predicted it: its own, as a multi-rank result names
         its ranks' fit, else this session's) and hand it to the gate."""
         if result.fit_data is None and self._fit is not None:
@@ -576,6 +576,6 @@ class PerfmodelSession:
 
 def default_threads() -> int:
     """CPU threads to pin torch to: the cores this process may run on."""
-    from perfmodel.device import usable_cpus
+    from perfmodel.device.probe import usable_cpus
 
     return usable_cpus()

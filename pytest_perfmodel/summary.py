@@ -6,8 +6,8 @@ import math
 import textwrap
 
 from perfmodel.ops.collective import HOST_CPU, LOADED
-from perfmodel.predict import furthest_beyond
-from perfmodel.timing import WIDE_SPREAD_REL_IQR
+from perfmodel.simulate.predict import furthest_beyond
+from perfmodel.measure.timer import WIDE_SPREAD_REL_IQR
 from pytest_perfmodel.session import PerfmodelSession
 
 #: Columns the block fits in. Longer gate warnings (prose) are wrapped; a FAIL

@@ -53,13 +53,13 @@ def worker_output(pm) -> str:
 
 def merge_worker_output(pm, text: str) -> None:
     """Add one worker's :func:`worker_output` to the controller's session ``pm``."""
-    from perfmodel.e2e import E2EResult
+    from perfmodel.e2e.single import E2EResult
 
     data = json.loads(text)
     pm.e2e.extend(E2EResult.from_plain(r) for r in data["e2e"])
     pm.user_models.extend(E2EResult.from_plain(r) for r in data["user_models"])
     if data["accuracy"]:
-        from perfmodel.fitting import OpAccuracy
+        from perfmodel.fit.fitting import OpAccuracy
 
         pm.accuracy.extend(OpAccuracy(**a) for a in data["accuracy"])
     expected = set(data["expected"])
@@ -72,7 +72,7 @@ def merge_worker_output(pm, text: str) -> None:
                          (pm.problems, data["problems"])):
         mine.extend(line for line in theirs if line not in mine)
     if pm._device is None and data["device"] is not None:
-        from perfmodel.device import DeviceSpec
+        from perfmodel.device.spec import DeviceSpec
 
         pm._device = DeviceSpec.from_dict(data["device"])
     if pm._env is None and data["env"] is not None:

@@ -2,7 +2,7 @@
 
 Each round traces and measures every workload of the stored baseline once and
 scores five variants against that same measurement: no bias, ``linear`` x1.1 and
-x1.05, host overheads x1.1 and x1.05 (see :mod:`perfmodel.stability`). It takes
+x1.05, host overheads x1.1 and x1.05 (see :mod:`perfmodel.gate.stability`). It takes
 about as long as one ``pytest suites/test_e2e.py`` run per round, so it is
 deselected unless asked for::
 

@@ -23,11 +23,11 @@ def heavy_modules_loaded_once():
     torch cannot be imported twice in one process, so load it (and the library
     modules that import it) before the first run. Modules that run the plugin
     in-process use it with ``pytestmark = pytest.mark.usefixtures(...)``."""
-    import perfmodel.device  # noqa: F401
-    import perfmodel.e2e  # noqa: F401
-    import perfmodel.fitting  # noqa: F401
+    import perfmodel.device.probe  # noqa: F401
+    import perfmodel.e2e.single  # noqa: F401
+    import perfmodel.fit.fitting  # noqa: F401
     import perfmodel.report.build  # noqa: F401
-    import perfmodel.trace  # noqa: F401
+    import perfmodel.trace.parse  # noqa: F401
     import torch  # noqa: F401
     import torch._dynamo  # noqa: F401
     import torch.nn.functional  # noqa: F401
@@ -47,9 +47,9 @@ def planted_linear_fit(planted_results):
     """``planted_results`` plus a fit saved for the planted spec (1 thread): linear
     forward and backward at 5 µs + FLOPs / 1 GFLOP/s, ten configs each. Other ops
     have no predictor. Returns (root, device_key)."""
-    from perfmodel.fitting import fit_predictors, save_fit
+    from perfmodel.fit.fitting import fit_predictors, save_fit
     from perfmodel.ops import get_op
-    from perfmodel.store import ResultStore
+    from perfmodel.store.results import ResultStore
 
     root, key = planted_results
     spec = planted_spec(root, key)
@@ -71,9 +71,9 @@ def saved_fit(tmp_path_factory):
     under device key ``FUZZ_KEY``. Returns {file name: bytes}."""
     import numpy as np
 
-    from perfmodel.fitting import FitReport, OpAccuracy, OpPredictor, load_fit, save_fit
-    from perfmodel.predictors import RooflineRegressor
-    from perfmodel.store import ResultStore
+    from perfmodel.fit.fitting import FitReport, OpAccuracy, OpPredictor, load_fit, save_fit
+    from perfmodel.fit.predictors import RooflineRegressor
+    from perfmodel.store.results import ResultStore
 
     X = np.array([[1e6 * i, 0, 0, 1e4 * i] for i in range(1, 9)], dtype=float)
     est = RooflineRegressor(peaks=[1e11, 1e11, 1e11, 3e10]).fit(X, 2e-6 + X[:, 0] / 5e10)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
-from perfmodel.device import DeviceSpec
+from perfmodel.device.spec import DeviceSpec
 
 #: The repository root (where suites/ and pyproject.toml live).
 REPO = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ def planted_cpu_dict(key: str, threads: int = THREADS) -> dict:
 def plant_cpu_spec(root: Path) -> str:
     """Write :func:`planted_cpu_dict` for this machine's CPU key under ``root``;
     return the key."""
-    from perfmodel.device import cpu_device_key
+    from perfmodel.device.probe import cpu_device_key
 
     key = cpu_device_key()
     (root / key).mkdir(parents=True, exist_ok=True)
@@ -174,7 +174,7 @@ def run_plugin(pytester, results, *args):
 #: ``{predicted}`` predicted).
 GATE_SUITE = """
 import pytest
-from perfmodel.e2e import E2EResult, IterationTiming
+from perfmodel.e2e.single import E2EResult, IterationTiming
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("predicted_s", [{predicted}])
@@ -191,7 +191,7 @@ BASE = [0.03, 0.04, 0.05]
 
 def plant_baseline(results, key, errors, device_key=None):
     """A schema-2 baseline of ``mlp_small`` with ``errors`` from repeated runs."""
-    from perfmodel.gate import save_baseline
+    from perfmodel.gate.baseline import save_baseline
 
     path = results / key / "baseline-smoke.json"
     save_baseline(path, device_key or key, {"mlp_small": errors}, {})

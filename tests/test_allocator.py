@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.allocator import DEFAULT, KEEP_FREED, glibc, record_allocator
+from perfmodel.measure.allocator import DEFAULT, KEEP_FREED, glibc, record_allocator
 
 needs_glibc = pytest.mark.skipif(glibc() is None, reason="the C library is not glibc")
 
@@ -32,7 +32,7 @@ needs_base_pages = pytest.mark.skipif(
 _CHURN = """
 import resource, sys
 import torch
-from perfmodel.allocator import allocator_policy, keep_freed_memory
+from perfmodel.measure.allocator import allocator_policy, keep_freed_memory
 if sys.argv[1] == "pin":
     assert keep_freed_memory() == keep_freed_memory()  # idempotent
 torch.set_num_threads(1)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from perfmodel.bench import (CaseUnsupported, TimerSettings, benchmark_case, estimated_call_s,
+from perfmodel.measure.bench import (CaseUnsupported, TimerSettings, benchmark_case, estimated_call_s,
                              measurement_record, unsupported_reason)
 from perfmodel.ops import OpCase
 from tests.helpers import SPEC

@@ -58,7 +58,7 @@ def test_json_holds_our_samples_and_statistics(pytester, planted_results):
     assert stats["min"] == min(samples) and stats["max"] == max(samples)
     extra = bench["extra_info"]["perfmodel"]
     assert extra["replicates"] == 2 and stats["iterations"] == extra["numbers"][0]
-    assert bench["options"]["timer"] == "perfmodel.timing.Timer(perf_counter)"
+    assert bench["options"]["timer"] == "perfmodel.measure.timer.Timer(perf_counter)"
 
 
 def test_saved_runs_load_in_pytest_benchmark_compare(pytester, planted_results):

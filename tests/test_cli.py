@@ -2,7 +2,7 @@
 
 import json
 
-from perfmodel.cli import main
+from perfmodel.cli.main import main
 
 
 def test_devices_prints_the_cached_spec(planted_results, capsys):
@@ -20,8 +20,8 @@ def test_bad_device_is_one_line_and_exit_2(capsys):
 
 
 def test_baseline_from_stored_runs(planted_results, capsys):
-    from perfmodel.gate import load_baseline
-    from perfmodel.store import ResultStore
+    from perfmodel.gate.baseline import load_baseline
+    from perfmodel.store.results import ResultStore
 
     results, key = planted_results
     store = ResultStore(results, key)
@@ -47,8 +47,8 @@ def test_baseline_from_stored_runs(planted_results, capsys):
 def test_baseline_keeps_each_workloads_own_fit_id(planted_results, capsys):
     """Multi-rank workloads predict with their ranks' fit: one workload's fits
     do not switch off another's drift check."""
-    from perfmodel.gate import load_baseline
-    from perfmodel.store import ResultStore
+    from perfmodel.gate.baseline import load_baseline
+    from perfmodel.store.results import ResultStore
 
     results, key = planted_results
     store = ResultStore(results, key)

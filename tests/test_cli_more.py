@@ -2,7 +2,7 @@
 
 import pytest
 
-from perfmodel.cli import main
+from perfmodel.cli.main import main
 
 KEY = "cpu-test-2c"
 
@@ -11,8 +11,8 @@ KEY = "cpu-test-2c"
 def runs(tmp_path):
     """Four quick runs of one device: an e2e record and an op measurement each,
     and a baseline. Returns (results root, run ids)."""
-    from perfmodel.gate import save_baseline
-    from perfmodel.store import ResultStore
+    from perfmodel.gate.baseline import save_baseline
+    from perfmodel.store.results import ResultStore
 
     store = ResultStore(tmp_path / "results", KEY)
     ids = []
@@ -108,7 +108,7 @@ def test_help(command, capsys):
 
 
 def test_forecast_lines_name_the_ops_beyond_the_fit():
-    from perfmodel.forecast import Forecast
+    from perfmodel.e2e.forecast import Forecast
 
     lines = Forecast("mlp_small", "cuda-h200-141gb", 0.0124, {"gemm": 0.001},
                      beyond_fit={"linear.forward": (3, 94.2), "relu.forward": (2, 6.0)}).lines()

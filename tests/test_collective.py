@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from perfmodel.comm_model import CommRegressor, comm_features
+from perfmodel.fit.comm_model import CommRegressor, comm_features
 from perfmodel.ops import get_op
 from perfmodel.ops.collective import OPS, WORLD_SIZES, uneven_splits
-from perfmodel.predictors import load_predictor, save_predictor
-from perfmodel.trace import TraceNode
+from perfmodel.fit.predictors import load_predictor, save_predictor
+from perfmodel.trace.parse import TraceNode
 
 NAMES = [op.name for op in OPS]
 
@@ -176,7 +176,7 @@ def test_comm_model_rejects_bad_input():
 
 
 def test_fitting_chooses_the_comm_model_for_collectives():
-    from perfmodel.fitting import candidate_kinds, make_predictor
+    from perfmodel.fit.fitting import candidate_kinds, make_predictor
 
     assert candidate_kinds(get_op("all_reduce"), "forward") == ("comm_sigmoid", "comm_hockney",
                                                                 "comm_cache", "comm_interp")
@@ -193,7 +193,7 @@ def test_fitting_chooses_the_comm_model_for_collectives():
 def test_every_curve_is_scored_from_one_world_sizes_quick_sweep(sizes, scored):
     """A collective's 16 sizes at one world size (what the loaded times cover)
     are enough to choose among the curves, unlike a learned predictor's 16."""
-    from perfmodel.fitting import MIN_CONFIGS_FOR_CURVES, Sample, fit_op
+    from perfmodel.fit.fitting import MIN_CONFIGS_FOR_CURVES, Sample, fit_op
     from tests.helpers import SPEC
 
     assert 8 < MIN_CONFIGS_FOR_CURVES <= 16
@@ -207,8 +207,9 @@ def test_every_curve_is_scored_from_one_world_sizes_quick_sweep(sizes, scored):
 # -- one rank ---------------------------------------------------------------------------
 
 def test_a_world_of_one_measures_a_collective_and_records_bandwidths():
-    from perfmodel.bench import TimerSettings
-    from perfmodel.distributed import collective_record, init_distributed, measure_collective
+    from perfmodel.measure.bench import TimerSettings
+    from perfmodel.measure.collectives import collective_record, measure_collective
+    from perfmodel.world import init_distributed
 
     world = init_distributed("cpu", timeout_s=10)
     (case,) = [c for c in get_op("all_gather").cases("smoke")
@@ -233,7 +234,7 @@ def test_a_world_of_one_measures_a_collective_and_records_bandwidths():
     (1e-6, 41), (0.004, 41), (0.01, 30), (0.03, 10), (0.05, 9), (0.099, 9),
     (0.1, 3), (5.0, 3)])
 def test_loaded_calls_fill_the_budget_within_bounds(warm_s, calls):
-    from perfmodel.distributed import loaded_calls
+    from perfmodel.measure.collectives import loaded_calls
 
     assert loaded_calls(warm_s) == calls
 
@@ -241,7 +242,8 @@ def test_loaded_calls_fill_the_budget_within_bounds(warm_s, calls):
 def test_loaded_times_are_taken_on_cpu_worlds_whose_threads_fit_the_cores():
     """Gloo shares the cores with the compute; NCCL does not. With more compute
     threads than cores the time-sharing is priced on the host side instead."""
-    from perfmodel.distributed import World, measures_loaded
+    from perfmodel.world import World
+    from perfmodel.measure.collectives import measures_loaded
 
     world = World(rank=0, size=4, local_rank=0, local_size=4, comm=None, device="cpu")
     assert measures_loaded(world, threads=1, cores=4)
@@ -264,8 +266,8 @@ def test_predict_collective_reads_the_fitted_time_of_a_size():
     """``predict_collective`` on a fit of planted ``all_reduce`` records (50 us +
     1 ns per bus byte, each world size measured): the fitted time at a measured
     size, in seconds."""
-    from perfmodel.comm_model import predict_collective
-    from perfmodel.fitting import fit_predictors
+    from perfmodel.fit.comm_model import predict_collective
+    from perfmodel.fit.fitting import fit_predictors
     from tests.helpers import SPEC
 
     op = get_op("all_reduce")

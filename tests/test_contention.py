@@ -6,14 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfmodel.contention import (WAKE_WORK_S, Contention, byte_rate, compute_slowdown,
+from perfmodel.measure.contention import (WAKE_WORK_S, Contention, byte_rate, compute_slowdown,
                                   measure_contention, measure_wake_lag, memory_share,
                                   run_seconds, slowest_rank_slowdown, wake_lag_from_rounds)
-from perfmodel.distributed import World, _OneRank
-from perfmodel.graph import Graph, Task
+from perfmodel.world import World, _OneRank
+from perfmodel.trace.graph import Graph, Task
 from perfmodel.ops import get_op
-from perfmodel.overheads import table_from_samples
-from perfmodel.predict import sim_tasks
+from perfmodel.trace.overheads import table_from_samples
+from perfmodel.simulate.predict import sim_tasks
 from tests.helpers import ConstantFit
 
 SGD = {"NTENSORS": 14, "NUMEL": 370172}
@@ -89,7 +89,7 @@ def test_side_by_side_is_the_slowest_ranks_time_over_the_time_alone(others):
     """Each kernel call takes 1 ms on a fake clock; alone that is the
     bandwidth, and side by side the slowest rank (the others planted at
     ``others`` x rank 0's time) sets the slowdown, at least 1."""
-    from perfmodel.contention import side_by_side
+    from perfmodel.measure.contention import side_by_side
 
     now = [0.0]
 

@@ -1,4 +1,4 @@
-"""Unit tests for perfmodel.device (no GPU needed: CUDA is faked where used)."""
+"""Unit tests for perfmodel.device.probe (no GPU needed: CUDA is faked where used)."""
 
 import json
 import math
@@ -8,17 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from perfmodel import device
-from perfmodel.device import (
-    DATASHEET,
-    DeviceSpec,
-    cpu_cache_sizes,
-    cpu_device_key,
-    cuda_spec_from_properties,
-    detect_device,
-    match_datasheet,
-    parse_device,
-)
+from perfmodel.device import probe as device
+from perfmodel.device.datasheet import DATASHEET, match_datasheet
+from perfmodel.device.spec import DeviceSpec, parse_device
+from perfmodel.device.probe import cpu_cache_sizes, cpu_device_key, cuda_spec_from_properties, detect_device
 from tests.helpers import cpu_spec
 
 SLUG = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")

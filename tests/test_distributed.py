@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.device import usable_cpus
-from perfmodel.distributed import (FAULT_VAR, World, _OneRank, launcher_world, local_ranks,
-                                   parse_fault, threads_per_rank)
+from perfmodel.device.probe import usable_cpus
+from perfmodel.world import FAULT_VAR, World, _OneRank, launcher_world, local_ranks, parse_fault, threads_per_rank
 from pytest_perfmodel.distributed import launch_command, shard_items
 from tests.helpers import THREADS
 
@@ -84,7 +83,7 @@ class _Store:
 
 
 def test_a_timeout_names_the_ranks_that_did_not_report(monkeypatch):
-    monkeypatch.setattr("perfmodel.distributed.REPORT_GRACE_S", 0.05)
+    monkeypatch.setattr("perfmodel.world.REPORT_GRACE_S", 0.05)
     world = World(0, 4, 0, 4, _OneRank(), timeout_s=3, store=_Store(reported=[2]))
     line = world.describe_failure("all_gather", {"world_size": 4, "bytes": 64},
                                   RuntimeError("Operation timed out!\nmore"))
@@ -121,7 +120,7 @@ def _unread(fd):
 
 
 def test_an_abort_waits_until_its_output_pipe_has_been_read(tmp_path):
-    from perfmodel.distributed import _wait_until_read
+    from perfmodel.world import _wait_until_read
 
     message = b"perfmodel rank 0: ...\n"
     read, write = os.pipe()

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfmodel.drift import (DriftSample, HostDrift, HostSpeed, measure_host_speed, probe,
+from perfmodel.measure.drift import (DriftSample, HostDrift, HostSpeed, measure_host_speed, probe,
                              summarise)
 from perfmodel.ops import get_op
 
@@ -52,7 +52,7 @@ def test_bad_probe_arguments_are_named():
 
 
 def test_drift_command_prints_and_stores_the_probe(planted_results, capsys):
-    from perfmodel.cli import main
+    from perfmodel.cli.main import main
 
     results, key = planted_results
     args = ["drift", "--seconds", "0.05", "--interval", "0", "--calls", "1",

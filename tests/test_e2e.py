@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from perfmodel.e2e import E2EResult, IterationTiming, measure_iteration
+from perfmodel.e2e.single import E2EResult, IterationTiming, measure_iteration
 from tests.helpers import ConstantFit, tiny_mlp_step
 
 
@@ -60,8 +60,8 @@ def test_the_model_prediction_leaves_out_the_hosts_drift():
 def test_hf_gpt2_is_traced_mapped_and_predicted():
     """A model nobody here wrote: GPT-2 from `transformers`, built from a tiny config."""
     pytest.importorskip("transformers")
-    from perfmodel.e2e import predict_step
-    from perfmodel.overheads import table_from_samples
+    from perfmodel.e2e.single import predict_step
+    from perfmodel.trace.overheads import table_from_samples
     from perfmodel.workloads import build_workload
 
     step = build_workload("hf_gpt2", "cpu", size="tiny")
@@ -76,7 +76,7 @@ def test_hf_gpt2_is_traced_mapped_and_predicted():
 
 
 def test_planted_bias_parses_and_names_bad_parts():
-    from perfmodel.predict import parse_bias
+    from perfmodel.simulate.predict import parse_bias
 
     assert parse_bias("linear=1.1, overhead=0.95") == {"linear": 1.1, "overhead": 0.95}
     assert parse_bias("linear.backward=1.05") == {"linear.backward": 1.05}
@@ -87,9 +87,9 @@ def test_planted_bias_parses_and_names_bad_parts():
 
 
 def test_planted_bias_scales_one_op_and_the_overheads():
-    from perfmodel.graph import Graph, Task
-    from perfmodel.overheads import OverheadTable
-    from perfmodel.predict import predict_graph
+    from perfmodel.trace.graph import Graph, Task
+    from perfmodel.trace.overheads import OverheadTable
+    from perfmodel.simulate.predict import predict_graph
 
     graph = Graph([Task("op", "aten::linear", "gemm", op="linear", direction="forward",
                         dtype="float32", params={"B": 1, "IN": 1, "OUT": 1}),
@@ -107,7 +107,7 @@ def test_planted_bias_scales_one_op_and_the_overheads():
 
 
 def test_measure_again_keeps_the_first_median():
-    from perfmodel.e2e import measure_again
+    from perfmodel.e2e.single import measure_again
 
     calls = []
     first = E2EResult("w", IterationTiming(0.2, 0.01, 5, 2, 40.0), predicted_s=0.15)
@@ -122,8 +122,8 @@ def test_measure_again_keeps_the_first_median():
 def test_an_unreadable_samples_file_is_kept_beside_the_new_one(tmp_path):
     """Tracing a workload whose earlier overhead samples cannot be read keeps
     that file (``.unreadable``), warns naming it, and starts afresh."""
-    from perfmodel.e2e import overheads_dir, trace_workload
-    from perfmodel.overheads import load_samples
+    from perfmodel.e2e.single import overheads_dir, trace_workload
+    from perfmodel.trace.overheads import load_samples
 
     path = overheads_dir(tmp_path) / "mlp.json"
     path.parent.mkdir(parents=True)

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from perfmodel import embedding_model as em
-from perfmodel.device import DATASHEET
-from perfmodel.predictors import EmbeddingLookupRegressor, load_predictor, save_predictor
+from perfmodel.fit import embedding_model as em
+from perfmodel.device.datasheet import DATASHEET
+from perfmodel.fit.predictors import EmbeddingLookupRegressor, load_predictor, save_predictor
 
 
 @pytest.fixture

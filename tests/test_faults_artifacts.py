@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfmodel.fitting import load_fit, load_latest_fit, save_fit
-from perfmodel.gate import load_baseline
-from perfmodel.overheads import load_all_samples
-from perfmodel.predictors import load_predictor
-from perfmodel.store import ResultStore
+from perfmodel.fit.fitting import load_fit, load_latest_fit, save_fit
+from perfmodel.gate.baseline import load_baseline
+from perfmodel.trace.overheads import load_all_samples
+from perfmodel.fit.predictors import load_predictor
+from perfmodel.store.results import ResultStore
 from tests.helpers import FUZZ_KEY as KEY, REPO
 
 
@@ -138,7 +138,7 @@ def test_planted_pickle_run_file_and_overheads_are_skipped(tmp_path, payload):
 
 
 def test_planted_pickle_device_cache_is_ignored(tmp_path, payload):
-    from perfmodel.device import DEVICE_FILE, _load_cached_cpu_spec
+    from perfmodel.device.probe import DEVICE_FILE, _load_cached_cpu_spec
 
     data, marker = payload
     path = tmp_path / DEVICE_FILE

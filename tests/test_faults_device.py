@@ -68,7 +68,7 @@ def run(pytester, results, *args):
 
 
 def stored(results, key):
-    from perfmodel.store import ResultStore
+    from perfmodel.store.results import ResultStore
 
     loaded = ResultStore(results, key).load()
     assert loaded.problems == []
@@ -111,7 +111,7 @@ def test_fault_inside_the_timed_call_is_unsupported(monkeypatch, exc, reason):
     """The same classification, one case at a time, for the other fault types."""
     import torch
 
-    from perfmodel.bench import CaseUnsupported, TimerSettings, benchmark_case
+    from perfmodel.measure.bench import CaseUnsupported, TimerSettings, benchmark_case
     from perfmodel.ops import OPS, OpCase
     from tests.helpers import SPEC
 

@@ -16,10 +16,10 @@ import string
 import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from perfmodel.fitting import load_fit, samples_from_records
-from perfmodel.gate import load_baseline, save_baseline
+from perfmodel.fit.fitting import load_fit, samples_from_records
+from perfmodel.gate.baseline import load_baseline, save_baseline
 from perfmodel.settings import SettingsError, load_settings
-from perfmodel.store import SCHEMA_VERSION, ResultStore
+from perfmodel.store.results import SCHEMA_VERSION, ResultStore
 from tests.helpers import FUZZ_KEY as KEY, json_values, mutate
 
 #: Cases per fuzz test; ``PERFMODEL_FUZZ_EXAMPLES=2000`` for a longer hunt.

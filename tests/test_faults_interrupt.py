@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.store import ResultStore
+from perfmodel.store.results import ResultStore
 from tests.helpers import REPO, case_id, plant_cpu_spec
 
 #: 32 cheap smoke items (8 configs each), about 0.3 s apiece here.

@@ -10,8 +10,8 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from perfmodel.graph import build_graph
-from perfmodel.trace import TraceError, capture_trace, load_trace
+from perfmodel.trace.graph import build_graph
+from perfmodel.trace.parse import TraceError, capture_trace, load_trace
 from tests.helpers import mutate, tiny_mlp_step
 
 EXAMPLES = int(os.environ.get("PERFMODEL_FUZZ_EXAMPLES", "200"))
@@ -172,7 +172,7 @@ def test_fuzzed_capture_loads_or_names_the_file(capture, tmp_path_factory, data)
 def test_tensor_types_of_any_type_string_end(typ):
     """An ET type string, well formed or not (an unclosed ``Tensor(``), gives the
     element types of its closed ``Tensor(...)`` groups, in order."""
-    from perfmodel.graph import _tensor_types
+    from perfmodel.trace.graph import _tensor_types
 
     found = _tensor_types(typ)
     rebuilt = "".join(f"Tensor({t})" for t in found)
@@ -181,7 +181,7 @@ def test_tensor_types_of_any_type_string_end(typ):
 
 
 def test_tensor_types_of_a_list():
-    from perfmodel.graph import _tensor_types
+    from perfmodel.trace.graph import _tensor_types
 
     assert _tensor_types("GenericList[Tensor(float),Tensor(long)]") == ["float", "long"]
     assert _tensor_types("GenericList[Tensor(float),Tensor(lo") == ["float"]
@@ -190,7 +190,7 @@ def test_tensor_types_of_a_list():
 def test_process_group_entries_that_are_not_objects_are_skipped():
     from pathlib import Path
 
-    from perfmodel.trace import PROCESS_GROUP_NODE, Trace, TraceNode
+    from perfmodel.trace.parse import PROCESS_GROUP_NODE, Trace, TraceNode
 
     groups = json.dumps([1, "x", [], {"pg_name": "0", "group_size": 4}])
     node = TraceNode(1, PROCESS_GROUP_NODE, 0, {"values": [groups]}, {})
@@ -199,7 +199,7 @@ def test_process_group_entries_that_are_not_objects_are_skipped():
 
 
 def test_a_kernel_with_a_non_integer_stream_names_the_file(tmp_path):
-    from perfmodel.trace import TraceNode, _attach_kernels
+    from perfmodel.trace.parse import TraceNode, _attach_kernels
 
     node = TraceNode(1, "aten::mm", 0, {}, {})
     op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "tid": 7, "ts": 0, "dur": 10}

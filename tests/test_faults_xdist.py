@@ -11,8 +11,8 @@ from collections import Counter
 
 import pytest
 
-from perfmodel.bench import REPLICATES
-from perfmodel.store import ResultStore
+from perfmodel.measure.bench import REPLICATES
+from perfmodel.store.results import ResultStore
 from tests.helpers import REPO, case_id, plant_cpu_spec
 
 pytest.importorskip("xdist")

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfmodel.device import DeviceSpec
-from perfmodel.fitting import (MIN_CONFIGS, extrapolation_split, fit_predictors, load_fit,
+from perfmodel.device.spec import DeviceSpec
+from perfmodel.fit.fitting import (MIN_CONFIGS, extrapolation_split, fit_predictors, load_fit,
                                load_latest_fit, random_folds, save_fit)
 from perfmodel.ops import get_op
-from perfmodel.store import ResultStore
+from perfmodel.store.results import ResultStore
 from tests.helpers import SPEC, planted_records
 
 
@@ -103,7 +103,7 @@ def test_saved_fit_predicts_the_same(tmp_path):
                                       predictor.predict("float32", configs))
         assert loaded.accuracy[key].gmae == report.accuracy[key].gmae
     # A predictor fitted before its op gained a param is skipped, with the reason.
-    from perfmodel.fitting import FitReport, fit_op, samples_from_records
+    from perfmodel.fit.fitting import FitReport, fit_op, samples_from_records
 
     key = ("linear", "forward")
     shaped = FitReport()
@@ -118,7 +118,7 @@ def test_saved_fit_predicts_the_same(tmp_path):
     assert stale.stale == (key,) and loaded.stale == ()  # a session refits a stale fit
     # So is one chosen among other kinds than today's (a kind added since), and
     # one saved before the index recorded them.
-    import perfmodel.fitting as fitting
+    import perfmodel.fit.fitting as fitting
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(fitting, "candidate_kinds", lambda op, direction: ("roofline",))
@@ -140,7 +140,7 @@ def test_saved_fit_predicts_the_same(tmp_path):
 
 
 def test_analytical_embedding_model_is_a_candidate_only_where_it_applies():
-    from perfmodel.fitting import candidate_kinds, make_predictor
+    from perfmodel.fit.fitting import candidate_kinds, make_predictor
 
     assert "embedding_analytic" in candidate_kinds(get_op("tbe_sgd"), "backward")
     assert "embedding_analytic" not in candidate_kinds(get_op("addmm"), "forward")
@@ -149,7 +149,7 @@ def test_analytical_embedding_model_is_a_candidate_only_where_it_applies():
 
 
 def test_choice_prefers_random_split_and_breaks_ties_by_extrapolation():
-    from perfmodel.fitting import choose_kind
+    from perfmodel.fit.fitting import choose_kind
 
     chosen, why = choose_kind({"shape": {"gmae": 0.50, "gmae_extrapolation": 1.0},
                                "efficiency": {"gmae": 0.30, "gmae_extrapolation": 1.4}})
@@ -160,7 +160,7 @@ def test_choice_prefers_random_split_and_breaks_ties_by_extrapolation():
 
 
 def test_between_runs_noise_floor_pairs_first_and_last_run():
-    from perfmodel.fitting import Sample, between_runs_noise_floor
+    from perfmodel.fit.fitting import Sample, between_runs_noise_floor
 
     def s(run, seconds, replicate=0, n=8):
         return Sample("float32", (("N", n),), seconds, run, replicate)
@@ -228,7 +228,7 @@ def test_session_fits_and_reuses_per_its_own_thread_count(tmp_path):
     from perfmodel.settings import Settings
     from pytest_perfmodel.session import Options, PerfmodelSession
 
-    from perfmodel.allocator import allocator_policy
+    from perfmodel.measure.allocator import allocator_policy
 
     store = ResultStore(tmp_path, SPEC.key)
     for threads, run_id, scale in ((1, "r1", 2.0), (2, "r2", 1.0)):
@@ -264,8 +264,8 @@ def test_session_fits_and_reuses_per_its_own_thread_count(tmp_path):
 def test_a_cpu_fit_trains_only_on_its_allocator_policy():
     """Records of another host allocator policy (or of none recorded: the default)
     are left out when a policy is asked for; collectives are kept whatever theirs."""
-    from perfmodel.allocator import DEFAULT, KEEP_FREED
-    from perfmodel.fitting import fit_run_ids
+    from perfmodel.measure.allocator import DEFAULT, KEEP_FREED
+    from perfmodel.fit.fitting import fit_run_ids
 
     def under(policy, run_id, scale):
         env = {"threads": 2} if policy is None else {"threads": 2, "cpu_allocator": policy}
@@ -291,7 +291,7 @@ def test_a_cpu_fit_trains_only_on_the_cache_state_its_op_is_timed_in():
     """An op timed cold on a CPU (an optimizer step) is fitted on cold records only
     (a record with no cache state is a hot one); a hot op on hot ones; off a CPU
     the cache state is the timer's business."""
-    from perfmodel.fitting import fit_run_ids
+    from perfmodel.fit.fitting import fit_run_ids
 
     def record(op, run_id, cache=None):
         measurement = {"median_s": 1e-3} if cache is None else {"median_s": 1e-3, "cache": cache}
@@ -313,7 +313,7 @@ def test_a_gpu_fit_leaves_out_hot_timings_of_the_launches():
     """Off a CPU, hot records timed with ``cuda_event`` (before the device hold)
     timed the host's launches and are left out; queued hot, cold and unlabelled
     ones stay."""
-    from perfmodel.fitting import fit_run_ids
+    from perfmodel.fit.fitting import fit_run_ids
 
     def record(run_id, timer=None, cache="hot"):
         measurement = {"median_s": 1e-3, "cache": cache} | ({"timer": timer} if timer else {})
@@ -331,7 +331,7 @@ def test_a_remeasured_config_is_fitted_on_its_newest_run_only():
     """A config measured again (another session, perhaps another host behind the
     same device key) replaces its older timings; configs measured once keep
     theirs; the older run still feeds the between-runs noise floor."""
-    from perfmodel.fitting import Sample, newest_per_config
+    from perfmodel.fit.fitting import Sample, newest_per_config
 
     old = threaded_records(2, "20261101T000000Z-1-aaaa", 3.0)
     new = threaded_records(2, "20261123T000000Z-2-bbbb", 1.0)
@@ -359,7 +359,7 @@ def test_a_config_keeps_its_newest_run_timed_alone_over_newer_shared_ones(runs):
     """Per config: the newest run timed alone (``timed_beside`` 0) if any, else the
     newest whose records do not say, else the newest timed beside others; every
     sample of that one run is kept."""
-    from perfmodel.fitting import Sample, newest_per_config
+    from perfmodel.fit.fitting import Sample, newest_per_config
 
     samples = [Sample("float32", (("N", 8),), 1.0 + i, run, i, None, beside)
                for i, (run, beside) in enumerate(runs)]

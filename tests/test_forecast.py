@@ -1,18 +1,18 @@
 """``perfmodel predict`` when it succeeds: a saved trace or a registered workload,
 priced with the device's stored fit and overhead table exactly as
-:func:`perfmodel.predict.predict_graph` prices the same graph."""
+:func:`perfmodel.simulate.predict.predict_graph` prices the same graph."""
 
 import pytest
 
-from perfmodel.cli import main
-from perfmodel.forecast import forecast_trace, forecast_workload
+from perfmodel.cli.main import main
+from perfmodel.e2e.forecast import forecast_trace, forecast_workload
 from tests.helpers import THREADS, planted_spec, tiny_mlp_step
 
 
 @pytest.fixture(scope="module")
 def mlp_trace(tmp_path_factory):
     """The files of a real capture of a tiny MLP training step (``mlp.*.json``)."""
-    from perfmodel.trace import capture_trace
+    from perfmodel.trace.parse import capture_trace
 
     return capture_trace(tiny_mlp_step(), tmp_path_factory.mktemp("trace"), "mlp",
                          iterations=2, warmup=1)
@@ -20,9 +20,9 @@ def mlp_trace(tmp_path_factory):
 
 def _stored(root, key):
     """The fit and shared overhead table ``perfmodel predict`` reads for ``key``."""
-    from perfmodel.e2e import shared_table
-    from perfmodel.fitting import load_latest_fit
-    from perfmodel.store import ResultStore
+    from perfmodel.e2e.single import shared_table
+    from perfmodel.fit.fitting import load_latest_fit
+    from perfmodel.store.results import ResultStore
 
     store = ResultStore(root, key)
     fit, problems = load_latest_fit(store, threads=THREADS)
@@ -33,7 +33,7 @@ def _stored(root, key):
 
 
 def _expected(graph, root, key):
-    from perfmodel.predict import predict_graph
+    from perfmodel.simulate.predict import predict_graph
 
     fit, table = _stored(root, key)
     return predict_graph(graph, fit, table, on_device=False)
@@ -45,8 +45,8 @@ def _cli(*argv, root):
 
 
 def test_a_saved_trace_is_predicted_as_predict_graph_prices_it(planted_linear_fit, mlp_trace):
-    from perfmodel.graph import build_graph
-    from perfmodel.trace import load_trace
+    from perfmodel.trace.graph import build_graph
+    from perfmodel.trace.parse import load_trace
 
     root, key = planted_linear_fit
     files = mlp_trace
@@ -79,8 +79,8 @@ def test_predict_trace_prints_the_forecast_and_exits_0(planted_linear_fit, mlp_t
 
 def test_an_et_file_alone_is_predicted_too(planted_linear_fit, mlp_trace, capsys):
     """Without the Kineto and calibration files there are no traced timings."""
-    from perfmodel.graph import build_graph
-    from perfmodel.trace import load_trace
+    from perfmodel.trace.graph import build_graph
+    from perfmodel.trace.parse import load_trace
 
     root, key = planted_linear_fit
     expected = _expected(build_graph(load_trace(mlp_trace.et, None, None)), root, key)
@@ -92,16 +92,16 @@ def test_an_et_file_alone_is_predicted_too(planted_linear_fit, mlp_trace, capsys
 @pytest.fixture
 def traced_graphs(monkeypatch):
     """The graphs ``forecast_workload`` builds from its (temporary) traces."""
-    import perfmodel.e2e
+    import perfmodel.e2e.single
 
     graphs = []
-    capture = perfmodel.e2e.capture_graph
+    capture = perfmodel.e2e.single.capture_graph
 
     def keep(*args, **kwargs):
         graphs.append(capture(*args, **kwargs))
         return graphs[-1]
 
-    monkeypatch.setattr(perfmodel.e2e, "capture_graph", keep)
+    monkeypatch.setattr(perfmodel.e2e.single, "capture_graph", keep)
     return graphs
 
 
@@ -134,7 +134,7 @@ def test_predict_workload_with_measure_prints_the_measured_iteration(planted_lin
 def test_stored_files_passed_over_are_listed(planted_linear_fit, mlp_trace):
     """An unreadable samples file is left out of the table, and the forecast
     says so, naming it."""
-    from perfmodel.store import ResultStore
+    from perfmodel.store.results import ResultStore
 
     root, key = planted_linear_fit
     bad = ResultStore(root, key).dir / "overheads" / "broken.json"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perfmodel.gate import (BASELINE_SCHEMA, Baseline, BaselineEntry, GatePolicy, check_errors,
+from perfmodel.gate.baseline import (BASELINE_SCHEMA, Baseline, BaselineEntry, GatePolicy, check_errors,
                             error_fails, load_baseline, overhead_check, save_baseline)
 
 DETERMINISTIC = settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
@@ -315,7 +315,7 @@ def test_bad_baseline_names_the_file_and_the_value(tmp_path, text, expected):
 
 
 def test_baseline_errors_take_the_newest_runs_of_a_profile_without_bias():
-    from perfmodel.gate import baseline_errors
+    from perfmodel.gate.baseline import baseline_errors
 
     def rec(run, workload, predicted, profile="quick", bias=None):
         return {"kind": "e2e", "run_id": run, "profile": profile, "workload": workload,
@@ -343,7 +343,7 @@ def test_a_multi_rank_baseline_keeps_the_predictions_at_the_fits_host_speed():
     """The drift check compares a run's prediction at the fit's host speed
     (``model_predicted_s``), so the baseline built from stored runs keeps those;
     the errors stay those of the predictions moved by the host's drift."""
-    from perfmodel.gate import baseline_errors
+    from perfmodel.gate.baseline import baseline_errors
 
     def rec(run, at_fit_speed):
         return {"kind": "e2e", "run_id": run, "profile": "quick", "workload": "w@2",
@@ -359,7 +359,7 @@ def test_a_multi_rank_baseline_keeps_the_predictions_at_the_fits_host_speed():
 
 
 def test_baseline_errors_keep_overhead_pairs_only_when_every_run_has_them():
-    from perfmodel.gate import baseline_errors
+    from perfmodel.gate.baseline import baseline_errors
 
     def rec(run, workload, traced):
         return {"kind": "e2e", "run_id": run, "profile": "quick", "workload": workload,
@@ -582,7 +582,7 @@ def test_error_fails_is_the_error_check_alone():
 def test_workload_runs_group_a_sessions_results_in_run_order():
     from types import SimpleNamespace
 
-    from perfmodel.gate import WorkloadRuns
+    from perfmodel.gate.baseline import WorkloadRuns
 
     def result(workload, error, predicted, gaps=None):
         return SimpleNamespace(workload=workload, signed_error=error, model_predicted_s=predicted,

@@ -8,8 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from perfmodel.device import detect_device  # noqa: E402
-from perfmodel.timing import Timer  # noqa: E402
+from perfmodel.device.probe import detect_device# noqa: E402
+from perfmodel.measure.timer import Timer  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -39,8 +39,9 @@ def test_l2_flush_times_single_cold_calls():
 
 
 def test_nccl_world_of_one_measures_every_collective():
-    from perfmodel.bench import TimerSettings
-    from perfmodel.distributed import init_distributed, measure_collective, shutdown_distributed
+    from perfmodel.measure.bench import TimerSettings
+    from perfmodel.world import init_distributed, shutdown_distributed
+    from perfmodel.measure.collectives import measure_collective
     from perfmodel.ops import OpCase
 
     world = init_distributed("cuda")
@@ -60,8 +61,8 @@ def test_nccl_world_of_one_measures_every_collective():
 def test_a_traced_step_ties_kernels_to_ops_and_sees_the_host_wait(tmp_path):
     """A CUDA training step's trace: kernels reach their ops, and the step's
     closing synchronize is a host wait, not host overhead."""
-    from perfmodel.e2e import capture_graph
-    from perfmodel.overheads import samples_from_graph
+    from perfmodel.e2e.single import capture_graph
+    from perfmodel.trace.overheads import samples_from_graph
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(),

@@ -7,13 +7,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfmodel.graph import Graph, Task, build_graph, match_node
-from perfmodel.overheads import (OverheadSamples, load_samples, samples_from_graph,
+from perfmodel.trace.graph import Graph, Task, build_graph, match_node
+from perfmodel.trace.overheads import (OverheadSamples, load_samples, samples_from_graph,
                                  save_samples, table_from_samples, traced_gaps_s,
                                  with_earlier_leaves)
-from perfmodel.predict import predict_graph
-from perfmodel.simulate import SimTask, critical_path, simulate
-from perfmodel.trace import TraceNode, capture_trace, load_trace
+from perfmodel.simulate.predict import predict_graph
+from perfmodel.simulate.walk import SimTask, critical_path, simulate
+from perfmodel.trace.parse import TraceNode, capture_trace, load_trace
 from tests.helpers import ConstantFit, tiny_mlp, tiny_mlp_step
 
 BANDWIDTH = 10e9
@@ -153,7 +153,7 @@ def test_leaf_samples_keep_the_newest_traces(per_trace, traces):
 
 
 def test_leaf_line_fits_size_dependence_and_falls_back():
-    from perfmodel.overheads import fit_leaf_line
+    from perfmodel.trace.overheads import fit_leaf_line
 
     pairs = [(1e-6 + 2e-10 * b, b) for b in (1e3, 1e4, 1e5, 1e6)]
     a, b = fit_leaf_line(pairs, BANDWIDTH)
@@ -249,8 +249,8 @@ def test_kernels_wait_for_their_inputs_on_other_streams():
 def test_calls_beyond_the_fitted_configs_are_reported(graph):
     """An op whose call needs more than 4x the FLOPs (or bytes) of the largest
     config its predictor was fitted on is listed with its count and ratio."""
-    from perfmodel.fitting import OpAccuracy
-    from perfmodel.predict import beyond_fit
+    from perfmodel.fit.fitting import OpAccuracy
+    from perfmodel.simulate.predict import beyond_fit
 
     def accuracy(op, direction, flops, moved):
         return OpAccuracy(op, direction, 8, 16, "shape", "", 0.1, 0.1, 0.2, None, None, 0,

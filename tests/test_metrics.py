@@ -1,4 +1,4 @@
-"""Tests for perfmodel.metrics: definitions, known values, input validation."""
+"""Tests for perfmodel.fit.metrics: definitions, known values, input validation."""
 
 import math
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perfmodel.metrics import GMAE_EPSILON, gmae, mape, max_abs_rel_error, noise_floor
+from perfmodel.fit.metrics import GMAE_EPSILON, gmae, mape, max_abs_rel_error, noise_floor
 
 DETERMINISTIC = settings(
     derandomize=True,

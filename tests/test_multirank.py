@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from perfmodel.distributed import mpiexec_path
-from perfmodel.multirank import (MultirankError, comm_host_share, measure_ranks,
+from perfmodel.world import mpiexec_path
+from perfmodel.e2e.ranks import (MultirankError, comm_host_share, measure_ranks,
                                  oversubscription, run_multirank)
 from tests.helpers import SPEC, ConstantFit, planted_records
 
@@ -32,10 +32,10 @@ def planted_fit(planted_results):
     collectives (t = 30 µs + bytes / 2 GB/s on two ranks) and a linear forward
     at 1 GFLOP/s, measured on a host whose reference ops took 2 ms (addmm) and
     1 ms (add); other ops are priced by the (empty) overhead table."""
-    from perfmodel.device import DeviceSpec
-    from perfmodel.fitting import fit_predictors, save_fit
+    from perfmodel.device.spec import DeviceSpec
+    from perfmodel.fit.fitting import fit_predictors, save_fit
     from perfmodel.ops import get_op
-    from perfmodel.store import ResultStore
+    from perfmodel.store.results import ResultStore
 
     root, key = planted_results
     spec = DeviceSpec.from_dict(json.loads((root / key / "device.json").read_text()))
@@ -58,10 +58,10 @@ def planted_fit(planted_results):
 
 @needs_mpi
 def test_two_ranks_trace_measure_and_predict_dlrm_mp(planted_fit):
-    from perfmodel.fitting import load_latest_fit
-    from perfmodel.graph import build_graph
-    from perfmodel.store import ResultStore
-    from perfmodel.trace import load_trace
+    from perfmodel.fit.fitting import load_latest_fit
+    from perfmodel.trace.graph import build_graph
+    from perfmodel.store.results import ResultStore
+    from perfmodel.trace.parse import load_trace
 
     root, key = planted_fit
     result = run_multirank("dlrm_mp", 2, root, key, BANDWIDTH, profile="smoke", cores=2,
@@ -111,7 +111,7 @@ def test_an_error_on_one_rank_ends_every_rank_at_once(planted_fit, tmp_path):
     root, key = planted_fit
     start = time.monotonic()
     done = subprocess.run(
-        [mpiexec_path(), "-n", "2", sys.executable, "-m", "perfmodel.multirank", "--workload",
+        [mpiexec_path(), "-n", "2", sys.executable, "-m", "perfmodel.e2e.ranks", "--workload",
          "ddp_mlp", "--results", str(root), "--device-key", key, "--bandwidth", str(BANDWIDTH),
          "--profile", "smoke", "--cores", "2", "--bias", "{not json", "--out",
          str(tmp_path / "out.json")], capture_output=True, text=True, timeout=170)
@@ -126,7 +126,7 @@ def test_a_terminated_rank_writes_its_stack_first():
     import subprocess
     import sys
 
-    code = ("import time\nfrom perfmodel.multirank import dump_stacks_on_sigterm\n"
+    code = ("import time\nfrom perfmodel.e2e.ranks import dump_stacks_on_sigterm\n"
             "dump_stacks_on_sigterm()\n"
             "def stuck_in_a_collective():\n    print('ready', flush=True)\n    time.sleep(60)\n"
             "stuck_in_a_collective()\n")  # 'ready' from inside: the signal finds it there
@@ -142,8 +142,8 @@ def test_a_terminated_rank_writes_its_stack_first():
 def test_a_fit_without_a_comparable_host_speed_is_named_with_the_refit_command():
     from types import SimpleNamespace
 
-    from perfmodel.drift import HostSpeed
-    from perfmodel.multirank import drift_unavailable
+    from perfmodel.measure.drift import HostSpeed
+    from perfmodel.e2e.ranks import drift_unavailable
 
     def fit(speed):
         return SimpleNamespace(host_speed=speed)
@@ -188,7 +188,7 @@ def _gloo_trace(tmp_path, with_worker_scope=True):
     """A synthetic 4-rank DDP trace (as captured on rank 3): the observer nested
     ops under the wrong parents while gloo's worker scope was open. Returns the
     ET and Kineto paths; times in the Kineto file are µs."""
-    from perfmodel.trace import ITERATION_MARK
+    from perfmodel.trace.parse import ITERATION_MARK
 
     def node(id, name, parent, tid=1):
         empty = {"values": [], "shapes": [], "types": []}
@@ -223,7 +223,7 @@ def _gloo_trace(tmp_path, with_worker_scope=True):
 def test_ops_misplaced_while_a_gloo_scope_was_open_are_reparented_by_time(tmp_path):
     """Regression (ddp_mlp@4): an all-reduce nested in an earlier backward op
     vanished from two ranks' graphs; the ranks then disagreed on collectives."""
-    from perfmodel.trace import load_trace
+    from perfmodel.trace.parse import load_trace
 
     trace = load_trace(*_gloo_trace(tmp_path))
     parent = {n.id: n.parent for n in trace.nodes.values()}
@@ -234,14 +234,14 @@ def test_ops_misplaced_while_a_gloo_scope_was_open_are_reparented_by_time(tmp_pa
 
 
 def test_without_a_worker_scope_the_observers_tree_is_kept(tmp_path):
-    from perfmodel.trace import load_trace
+    from perfmodel.trace.parse import load_trace
 
     trace = load_trace(*_gloo_trace(tmp_path, with_worker_scope=False))
     assert trace.nodes[7].parent == 5 and trace.nodes[11].parent == 3
 
 
 def test_ranks_share_the_cores_as_threads():
-    from perfmodel.multirank import rank_threads
+    from perfmodel.e2e.ranks import rank_threads
 
     assert rank_threads(2, 2) == rank_threads(4, 2) == 1 and rank_threads(2, 8) == 4
 
@@ -249,9 +249,9 @@ def test_ranks_share_the_cores_as_threads():
 def test_no_fit_at_the_ranks_thread_count_is_one_clear_error(planted_results):
     """Only a 2-thread fit stored: 2 ranks on 2 cores run 1 thread each, so the
     run is refused before any rank starts (no mpiexec needed)."""
-    from perfmodel.device import DeviceSpec
-    from perfmodel.fitting import fit_predictors, save_fit
-    from perfmodel.store import ResultStore
+    from perfmodel.device.spec import DeviceSpec
+    from perfmodel.fit.fitting import fit_predictors, save_fit
+    from perfmodel.store.results import ResultStore
 
     root, key = planted_results
     spec = DeviceSpec.from_dict({**json.loads((root / key / "device.json").read_text()),
@@ -274,10 +274,10 @@ def test_no_fit_at_the_ranks_thread_count_is_one_clear_error(planted_results):
 def test_a_stale_fit_at_the_ranks_thread_count_is_one_clear_error(planted_results, monkeypatch):
     """A 1-thread fit whose linear predictor predates a new linear param would price
     the ranks' layers as unmodelled nodes; require_fit refuses it, naming the op."""
-    from perfmodel.fitting import FitReport, fit_op, samples_from_records, save_fit
-    from perfmodel.multirank import require_fit
+    from perfmodel.fit.fitting import FitReport, fit_op, samples_from_records, save_fit
+    from perfmodel.e2e.ranks import require_fit
     from perfmodel.ops import get_op
-    from perfmodel.store import ResultStore
+    from perfmodel.store.results import ResultStore
 
     root, key = planted_results
     store = ResultStore(root, key)
@@ -309,8 +309,8 @@ def test_collective_cpu_and_loaded_times_are_fitted_and_priced_beside_its_time()
     returns (time, CPU time, loaded time), and None for what the fit lacks; a
     loaded time only at a measured world size. Malformed CPU lists and loaded
     times are skipped."""
-    from perfmodel.fitting import FitReport, fit_op, samples_from_records
-    from perfmodel.multirank import comm_pricer
+    from perfmodel.fit.fitting import FitReport, fit_op, samples_from_records
+    from perfmodel.e2e.ranks import comm_pricer
     from perfmodel.ops.collective import HOST_CPU, LOADED
 
     sizes = [2 ** k for k in range(4, 24, 2)]
@@ -353,9 +353,9 @@ def _comm_fit():
 
 def test_a_collective_runs_at_its_loaded_pace_beside_compute_and_idle_after():
     """The collective runs beside 1 ms of compute, then the host waits for it."""
-    from perfmodel.graph import Graph, Task
-    from perfmodel.multirank import predict_ranks
-    from perfmodel.overheads import table_from_samples
+    from perfmodel.trace.graph import Graph, Task
+    from perfmodel.e2e.ranks import predict_ranks
+    from perfmodel.trace.overheads import table_from_samples
 
     def graph():
         return Graph([Task("collective", "c10d::allreduce_", "communication", op="all_reduce",
@@ -382,10 +382,10 @@ def test_a_collective_runs_at_its_loaded_pace_beside_compute_and_idle_after():
 def test_the_contention_prices_ops_and_the_cpu_share_the_rest_once():
     """Time-shared ranks (c = k = 2): an op takes twice its time alone, and so
     does an unmodelled node (by cpu_share); neither is slowed twice."""
-    from perfmodel.contention import Contention
-    from perfmodel.graph import Graph, Task
-    from perfmodel.multirank import predict_ranks
-    from perfmodel.overheads import table_from_samples
+    from perfmodel.measure.contention import Contention
+    from perfmodel.trace.graph import Graph, Task
+    from perfmodel.e2e.ranks import predict_ranks
+    from perfmodel.trace.overheads import table_from_samples
 
     graph = Graph([Task("op", "aten::linear", "gemm", op="linear", direction="forward",
                         dtype="float32", params={"B": 256, "IN": 100, "OUT": 256}),
@@ -404,12 +404,12 @@ def test_the_contention_prices_ops_and_the_cpu_share_the_rest_once():
 def test_ops_are_moved_by_the_hosts_drift_before_the_contention():
     """Two 1 ms ops on a host twice as slow as at the fit take 2 ms each; beside
     the other ranks (a pure stream 1.5x slower) a streaming op takes 1.5x that."""
-    from perfmodel.contention import Contention
-    from perfmodel.drift import HostDrift
-    from perfmodel.graph import Graph, Task
-    from perfmodel.multirank import predict_ranks
+    from perfmodel.measure.contention import Contention
+    from perfmodel.measure.drift import HostDrift
+    from perfmodel.trace.graph import Graph, Task
+    from perfmodel.e2e.ranks import predict_ranks
     from perfmodel.ops import get_op
-    from perfmodel.overheads import table_from_samples
+    from perfmodel.trace.overheads import table_from_samples
 
     sgd = {"NTENSORS": 14, "NUMEL": 37017}  # 1 ms at its bytes / bandwidth below
     bandwidth = get_op("sgd_foreach").bytes_moved(sgd, "float32", "forward") / 1e-3

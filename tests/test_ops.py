@@ -155,7 +155,7 @@ _GPU_WORKLOAD_CALLS = [
 @pytest.mark.parametrize("name, direction, call", _GPU_WORKLOAD_CALLS,
                          ids=[f"{n}.{d}" for n, d, _ in _GPU_WORKLOAD_CALLS])
 def test_the_gpu_profile_reaches_the_full_size_workloads(name, direction, call):
-    from perfmodel.predict import BEYOND_FIT_FACTOR
+    from perfmodel.simulate.predict import BEYOND_FIT_FACTOR
 
     op = get_op(name)
 

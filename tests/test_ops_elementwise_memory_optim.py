@@ -180,7 +180,7 @@ def test_runner_outputs_have_the_documented_shapes():
 def test_unavailable_optimizer_variant_says_unsupported(monkeypatch):
     import torch
 
-    from perfmodel.bench import unsupported_reason
+    from perfmodel.measure.bench import unsupported_reason
 
     def refuse(*args, **kwargs):
         raise RuntimeError("`fused=True` requires all the params to be on a supported device")

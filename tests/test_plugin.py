@@ -39,7 +39,7 @@ def test_a_failing_error_is_measured_again_before_the_gate_decides(pytester, pla
     plant_baseline(results, key, BASE)
     pytester.makepyfile("""
 import pytest
-from perfmodel.e2e import E2EResult, IterationTiming
+from perfmodel.e2e.single import E2EResult, IterationTiming
 
 @pytest.mark.e2e
 def test_planted(perfmodel_session):
@@ -78,14 +78,14 @@ def test_spread_multiplier_and_ceiling_come_from_pyproject(pytester, planted_res
 
 
 def test_missing_workload_fails_unless_deselected(pytester, planted_results):
-    from perfmodel.gate import save_baseline
+    from perfmodel.gate.baseline import save_baseline
 
     results, key = planted_results
     save_baseline(results / key / "baseline-smoke.json", key,
                   {"mlp_small": BASE, "dlrm_random": BASE}, {})
     pytester.makepyfile("""
 import pytest
-from perfmodel.e2e import E2EResult, IterationTiming
+from perfmodel.e2e.single import E2EResult, IterationTiming
 
 @pytest.mark.e2e
 @pytest.mark.perfmodel_workloads("mlp_small", "dlrm_random")
@@ -297,7 +297,7 @@ def test_summary_shows_baseline_verdict_and_decision(pytester, planted_results):
 
 DRIFTED_RANKS = """
 import pytest
-from perfmodel.e2e import E2EResult, IterationTiming
+from perfmodel.e2e.single import E2EResult, IterationTiming
 
 @pytest.mark.e2e
 def test_planted(perfmodel_session):
@@ -315,7 +315,7 @@ def test_a_prediction_moved_by_the_hosts_drift_is_not_a_model_drift(pytester, pl
     and the prediction, 110 ms, with it. The drift check compares the prediction
     at the fit's speed: it passes at 100 ms and fails at 110 ms (the model
     moved). The summary shows the host's drift."""
-    from perfmodel.gate import save_baseline
+    from perfmodel.gate.baseline import save_baseline
 
     results, key = planted_results
     save_baseline(results / key / "baseline-smoke.json", key, {"ddp_mlp@2": [0.0, 0.0, 0.0]},
@@ -332,7 +332,7 @@ def test_a_prediction_moved_by_the_hosts_drift_is_not_a_model_drift(pytester, pl
 
 TWO_WORKLOADS = """
 import pytest
-from perfmodel.e2e import E2EResult, IterationTiming
+from perfmodel.e2e.single import E2EResult, IterationTiming
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("name,predicted_s,own_s", [("mlp_small", 0.104, 0.101),
@@ -348,7 +348,7 @@ def test_summary_shows_each_workloads_floor_and_the_geomeans(pytester, planted_r
     (1 + error)): mlp_small's 100, 80 and 125 ms give 15%, cnn_resnet's 100 and
     90.9 ms (median 95.5 ms) 4.8%; the geomeans are of |error| 4% and 9% (shared:
     6.0%), of 1% and 10% (own: 3.2%), and of the floors (8.5%)."""
-    from perfmodel.gate import save_baseline
+    from perfmodel.gate.baseline import save_baseline
 
     results, key = planted_results
     save_baseline(results / key / "baseline-smoke.json", key,
@@ -368,7 +368,7 @@ def test_summary_warns_of_ops_predicted_beyond_the_fitted_configs(pytester, plan
     results, _ = planted_results
     pytester.makepyfile("""
 import pytest
-from perfmodel.e2e import E2EResult, IterationTiming
+from perfmodel.e2e.single import E2EResult, IterationTiming
 
 @pytest.mark.e2e
 def test_planted(perfmodel_session):
@@ -403,8 +403,8 @@ def test_summary_quiet_prints_only_failures(pytester, planted_results):
 
 
 def test_summary_quiet_has_no_perfmodel_section_when_all_passed(pytester, planted_results):
-    from perfmodel.env import environment
-    from perfmodel.gate import save_baseline
+    from perfmodel.measure.env import environment
+    from perfmodel.gate.baseline import save_baseline
 
     results, key = planted_results
     save_baseline(results / key / "baseline-smoke.json", key, {"mlp_small": BASE},
@@ -495,7 +495,7 @@ def test_summary_warns_of_measurements_that_spread_wide(pytester, planted_result
     line counts them and names the first three; a quiet run shows it too."""
     results, _ = planted_results
     pytester.makepyfile(MICRO_SUITE)
-    monkeypatch.setattr("perfmodel.timing.WIDE_SPREAD_REL_IQR", -1.0)
+    monkeypatch.setattr("perfmodel.measure.timer.WIDE_SPREAD_REL_IQR", -1.0)
     out = run_plugin(pytester, results, "-m", "microbench", "-k", "float32-M1-", "-q",
               "--perfmodel-budget=0.01")
     n = out.parseoutcomes()["passed"]

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.usefixtures("heavy_modules_loaded_once")
 #: One planted E2E result of ``name``: 100 ms measured, ``predicted_s`` predicted.
 PLANTED = """
 import pytest
-from perfmodel.e2e import E2EResult, IterationTiming
+from perfmodel.e2e.single import E2EResult, IterationTiming
 
 @pytest.mark.e2e
 def test_planted(perfmodel_session):
@@ -72,7 +72,7 @@ def test_a_baseline_that_cannot_be_read_is_one_fail_line(pytester, planted_resul
 def test_the_gate_decision_names_every_failed_workload(pytester, planted_results):
     """Five missing workloads make the decision line longer than the summary's
     100 columns: it stays whole, every name in it."""
-    from perfmodel.gate import save_baseline
+    from perfmodel.gate.baseline import save_baseline
 
     names = ["transformer_encoder", "transformer_decoder", "cnn_mobilenet", "dlrm_mlperf",
              "dlrm_random"]
@@ -125,7 +125,7 @@ def test_xdist_gates_once_on_the_controller_over_every_workers_results(
     """Each worker runs one workload. Before, the controller did not gate (a
     regression passed) and each worker counted the other's workload as missing."""
     pytest.importorskip("xdist")
-    from perfmodel.gate import save_baseline
+    from perfmodel.gate.baseline import save_baseline
 
     results, key = planted_results
     save_baseline(results / key / "baseline-smoke.json", key,
@@ -176,7 +176,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
-import perfmodel.stability
+import perfmodel.gate.stability
 
 @pytest.mark.stability
 def test_stability(perfmodel_session, monkeypatch):
@@ -192,11 +192,11 @@ def test_stability(perfmodel_session, monkeypatch):
 
     def measure_variants(step, items, graph, fit, table, device, variants, profile):
         rounds_seen.append(graph)
-        biased = {v: 0.104 * max(perfmodel.stability.variant_bias(v).values(), default=1.0)
+        biased = {v: 0.104 * max(perfmodel.gate.stability.variant_bias(v).values(), default=1.0)
                   for v in variants}
         return 0.1, biased, {v: (0.0, 0.0) for v in variants}
 
-    monkeypatch.setattr(perfmodel.stability, "measure_variants", measure_variants)
+    monkeypatch.setattr(perfmodel.gate.stability, "measure_variants", measure_variants)
     pm.run_stability(3)
     assert rounds_seen == ["mlp_small"] * 3
     (path,) = (pm.store.dir / "stability").glob("*.json")
@@ -209,7 +209,7 @@ def test_stability(perfmodel_session, monkeypatch):
 
 def test_stability_rounds_run_through_run_rounds(pytester, planted_results):
     """The gate-stability experiment runs its rounds through
-    :func:`perfmodel.stability.run_rounds`: each round traced and measured once,
+    :func:`perfmodel.gate.stability.run_rounds`: each round traced and measured once,
     the tally saved after them and its lines in the summary (all planted)."""
     results, key = planted_results
     plant_baseline(results, key, BASE)
@@ -232,7 +232,7 @@ def test_worker_results_reach_the_controller_whole(tmp_path):
     workloads gated are those every worker could build; lines are not repeated."""
     import numpy as np
 
-    from perfmodel.e2e import E2EResult, IterationTiming
+    from perfmodel.e2e.single import E2EResult, IterationTiming
     from pytest_perfmodel.workers import merge_worker_output, worker_output
 
     result = E2EResult("mlp_small", IterationTiming(0.1, 0.001, 15, 3, 2560.0),

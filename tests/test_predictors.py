@@ -1,4 +1,4 @@
-"""Tests for perfmodel.predictors: estimator contract, fits, properties, persistence."""
+"""Tests for perfmodel.fit.predictors: estimator contract, fits, properties, persistence."""
 
 import json
 import pickle
@@ -12,9 +12,9 @@ from sklearn.ensemble import ExtraTreesRegressor
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from perfmodel.comm_model import CommRegressor
-from perfmodel.metrics import gmae
-from perfmodel.predictors import (
+from perfmodel.fit.comm_model import CommRegressor
+from perfmodel.fit.metrics import gmae
+from perfmodel.fit.predictors import (
     MIN_SECONDS,
     EfficiencyRegressor,
     EmbeddingLookupRegressor,

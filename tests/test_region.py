@@ -1,10 +1,10 @@
-"""perfmodel.region: context manager and decorator, recorded only while tracing,
+"""perfmodel.trace.region: context manager and decorator, recorded only while tracing,
 and grouped in the task graph and the E2E result."""
 
 import pytest
 
 import perfmodel
-from perfmodel.region import PREFIX, Region, recording
+from perfmodel.trace.region import PREFIX, Region, recording
 from tests.helpers import ConstantFit, tiny_mlp
 
 
@@ -84,8 +84,8 @@ def traced(tmp_path_factory):
     """The graph of a tiny training step whose parts are regions."""
     import torch
 
-    from perfmodel.graph import build_graph
-    from perfmodel.trace import capture_trace, load_trace
+    from perfmodel.trace.graph import build_graph
+    from perfmodel.trace.parse import capture_trace, load_trace
 
     model, opt, x, y = tiny_mlp()
 
@@ -117,8 +117,8 @@ def test_tasks_carry_their_region(traced):
 
 
 def test_e2e_result_groups_predicted_time_by_region(traced):
-    from perfmodel.e2e import predict_and_measure
-    from perfmodel.overheads import samples_from_graph, table_from_samples
+    from perfmodel.e2e.single import predict_and_measure
+    from perfmodel.trace.overheads import samples_from_graph, table_from_samples
 
     step, graph = traced
     bandwidth = 1e10

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from perfmodel.cli import main
-from perfmodel.device import cpu_device_key
-from perfmodel.store import ResultStore
+from perfmodel.cli.main import main
+from perfmodel.device.probe import cpu_device_key
+from perfmodel.store.results import ResultStore
 from tests.helpers import SPEC, planted_records, run_plugin, tiny_mlp
 
 SECTIONS = ("Environment", "Per-op accuracy", "Predicted vs measured", "Error CDF",
@@ -38,8 +38,8 @@ def plant_results(root, key, spec=SPEC, collectives=True, directions=("forward",
     records."""
     from dataclasses import replace
 
-    from perfmodel.fitting import FitReport, fit_op, samples_from_records, save_fit
-    from perfmodel.gate import save_baseline
+    from perfmodel.fit.fitting import FitReport, fit_op, samples_from_records, save_fit
+    from perfmodel.gate.baseline import save_baseline
 
     store = ResultStore(root, key)
     store.dir.mkdir(parents=True, exist_ok=True)
@@ -86,7 +86,7 @@ def report(tmp_path_factory):
 
 def trace_tiny_model(store, workload):
     """Capture a tiny model's trace as ``workload``'s under ``traces/``; its graph."""
-    from perfmodel.e2e import trace_workload
+    from perfmodel.e2e.single import trace_workload
 
     model, _, x, _ = tiny_mlp()
 
@@ -170,7 +170,7 @@ def test_collective_bus_bandwidth_from_records():
 def test_timeline_and_breakdown_from_a_stored_trace(report):
     """dlrm_tbe has a stored trace: its timeline is drawn, and the measured bar of
     its breakdown comes from the trace (its record has no traced breakdown)."""
-    from perfmodel.e2e import traced_breakdown
+    from perfmodel.e2e.single import traced_breakdown
     from perfmodel.report.timeline import measured_timeline, stored_graph
 
     store, _, text, _ = report
@@ -248,9 +248,9 @@ def test_plugin_report_without_data_is_a_warning(pytester, tmp_path):
 
 def test_timelines_of_an_e2e_result(report):
     """The library call for a fresh :class:`E2EResult`: measured and simulated spans."""
-    from perfmodel.e2e import E2EResult, IterationTiming, shared_table
-    from perfmodel.fitting import load_latest_fit
-    from perfmodel.predict import predict_graph
+    from perfmodel.e2e.single import E2EResult, IterationTiming, shared_table
+    from perfmodel.fit.fitting import load_latest_fit
+    from perfmodel.simulate.predict import predict_graph
     from perfmodel.report.plots import timeline_figure
     from perfmodel.report.timeline import e2e_timelines, stored_graph, stored_trace_files
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from perfmodel.gate import GatePolicy
+from perfmodel.gate.baseline import GatePolicy
 from perfmodel.settings import (DEFAULT_BASELINE_RUNS, DEFAULT_GMAE_THRESHOLD, SettingsError,
                                 load_settings)
 from perfmodel.workloads import WORKLOADS

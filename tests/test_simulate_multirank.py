@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfmodel.simulate import COMM_STREAM, SimTask, progress_end, simulate, simulate_ranks
+from perfmodel.simulate.walk import COMM_STREAM, SimTask, progress_end, simulate, simulate_ranks
 
 
 def compute(seconds, inputs=(), outputs=()):

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from perfmodel.gate import Baseline, BaselineEntry, GatePolicy
-from perfmodel.stability import (DEFAULT_VARIANTS, StabilityTally, predict_variants, run_rounds,
+from perfmodel.gate.baseline import Baseline, BaselineEntry, GatePolicy
+from perfmodel.gate.stability import (DEFAULT_VARIANTS, StabilityTally, predict_variants, run_rounds,
                                  smallest_detectable_shift, variant_bias, variant_errors,
                                  workloads_to_run)
 
@@ -116,14 +116,14 @@ def test_errors_need_a_measured_time():
 
 
 def test_each_variant_is_predicted_with_its_own_bias(monkeypatch):
-    import perfmodel.predict
+    import perfmodel.simulate.predict
 
     class Fake:
         def __init__(self, bias):
             self.total_s = 1.0 * bias.get("linear", 1.0) * bias.get("overhead", 1.0)
             self.breakdown_s = {"host overhead": 0.1 * bias.get("overhead", 1.0)}
 
-    monkeypatch.setattr(perfmodel.predict, "predict_graph",
+    monkeypatch.setattr(perfmodel.simulate.predict, "predict_graph",
                         lambda graph, fit, table, on_device, keep_timeline, bias: Fake(bias))
     out = predict_variants(None, None, None, False, DEFAULT_VARIANTS)
     expected = {"none": (1.0, 0.1), "linear=1.1": (1.1, 0.1), "linear=1.05": (1.05, 0.1),

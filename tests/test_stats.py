@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from perfmodel.stats import ItemStats, multi_run_stats, spread_bound
+from perfmodel.report.stats import ItemStats, multi_run_stats, spread_bound
 
 values = st.lists(st.floats(1e-6, 1e3, allow_nan=False), min_size=2, max_size=12)
 errors = st.lists(st.floats(-2.0, 2.0, allow_nan=False), min_size=2, max_size=12)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from perfmodel.store import SCHEMA_VERSION, ResultStore, read_run_file
+from perfmodel.store.results import SCHEMA_VERSION, ResultStore, read_run_file
 
 ENV = {"device_key": "cpu-test-1c", "threads": 1}
 

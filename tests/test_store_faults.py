@@ -10,14 +10,14 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from perfmodel.store import SCHEMA_VERSION, ResultStore, read_run_file
+from perfmodel.store.results import SCHEMA_VERSION, ResultStore, read_run_file
 
 KEY = "cpu-test-1c"
 KILLS = 20
 
 WRITER = """
 import sys
-from perfmodel.store import ResultStore
+from perfmodel.store.results import ResultStore
 writer = ResultStore(sys.argv[1], "cpu-test-1c").open_run({"device_key": "cpu-test-1c"})
 n = 0
 while True:

@@ -1,4 +1,4 @@
-"""Unit tests for perfmodel.timing; all timing behaviour runs on a fake clock."""
+"""Unit tests for perfmodel.measure.timer; all timing behaviour runs on a fake clock."""
 
 import itertools
 import json
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfmodel import timing
-from perfmodel.timing import (
+from perfmodel.measure import timer as timing
+from perfmodel.measure.timer import (
     WIDE_SPREAD_REL_IQR,
     Measurement,
     Timer,
@@ -399,7 +399,7 @@ def test_cuda_path_without_cuda_raises(monkeypatch):
 
 
 def test_import_is_cheap():
-    code = "import sys, perfmodel.timing, perfmodel.device; print('torch' in sys.modules, 'numpy' in sys.modules)"
+    code = "import sys, perfmodel.measure.timer, perfmodel.device.probe; print('torch' in sys.modules, 'numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
 

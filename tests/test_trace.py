@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perfmodel.trace import ITERATION_MARK, TraceError, capture_trace, load_trace
+from perfmodel.trace.parse import ITERATION_MARK, TraceError, capture_trace, load_trace
 from tests.helpers import tiny_mlp_step
 
 
@@ -143,7 +143,7 @@ def test_arbitrary_json_is_rejected_cleanly_or_parsed(tmp_path_factory, payload)
 def test_views_are_told_by_their_schema_and_move_no_bytes(tmp_path, schema, view):
     """DDP's bucket views (``as_strided`` of a 5 MB bucket) were priced as 5 MB
     copies when unmodelled; a view's schema returns only unwritten aliases."""
-    from perfmodel.graph import tensor_bytes
+    from perfmodel.trace.graph import tensor_bytes
 
     tensor = {"types": ["Tensor(float)"], "shapes": [[1000]],
               "values": [[10, 1, 0, 1000, 4, "cpu"]]}

@@ -153,7 +153,7 @@ class OpDef:
         return []
 
     def analytic_model(self, direction: str) -> str | None:
-        """Kind of :mod:`perfmodel.embedding_model` model that describes this op
+        """Kind of :mod:`perfmodel.fit.embedding_model` model that describes this op
         in ``direction`` (a key of its ``MODELS``), or None."""
         return None
 
@@ -176,7 +176,7 @@ class OpDef:
         return dict(params)
 
     def params_from_node(self, node) -> dict[str, int] | None:
-        """This op's config from a :class:`~perfmodel.trace.TraceNode` (whose
+        """This op's config from a :class:`~perfmodel.trace.parse.TraceNode` (whose
         name is one of ``trace_names``), or None when the node is not an
         instance of this op. Reads the input shapes unless an op needs more of
         the node (scalar arguments, descendants)."""

@@ -7,7 +7,7 @@ Each op states here, once, the bytes its algorithm bandwidth divides by
 (:meth:`Collective.algo_bytes`, as nccl-tests and PARAM count them) and its bus
 factor (:meth:`Collective.bus_factor`): busbw = algbw x factor, comparable across
 world sizes. Runners need an initialised process group
-(:func:`perfmodel.distributed.init_distributed`) of exactly ``world_size`` ranks.
+(:func:`perfmodel.world.init_distributed`) of exactly ``world_size`` ranks.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ class Collective(OpDef):
     def make_runner(self, params, dtype, direction, device):
         """A callable that runs the collective once on every rank and waits for it
         (up to the world's per-collective timeout)."""
-        from perfmodel.distributed import current_world
+        from perfmodel.world import current_world
 
         issue, world = self.make_issue(params, dtype, device), current_world()
         return lambda: world.wait(issue(), self.name, params)
@@ -121,7 +121,7 @@ class Collective(OpDef):
         returns its work handle; the caller waits for it."""
         import torch
 
-        from perfmodel.distributed import current_world
+        from perfmodel.world import current_world
 
         world = current_world()
         if world.size != params["world_size"]:

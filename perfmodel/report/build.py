@@ -206,7 +206,7 @@ def _e2e(data: ReportData, settings, figure: _Figures, say: Progress
 
 
 def _e2e_table(data: ReportData, latest: dict[str, dict], settings) -> str:
-    from perfmodel.gate import check_errors
+    from perfmodel.gate.baseline import check_errors
 
     errors = {w: r.get("signed_error", r["error"]) for w, r in latest.items()}
     verdicts = {}
@@ -261,10 +261,10 @@ def _beyond(entries) -> str:
 def _traced(data: ReportData, latest: dict[str, dict], figure: _Figures, say: Progress
             ) -> tuple[list[dict], list[str]]:
     """Breakdown rows of every workload, and the timeline section's parts."""
-    from perfmodel.e2e import shared_table, traced_breakdown
+    from perfmodel.e2e.single import shared_table, traced_breakdown
     from perfmodel.report.plots import timeline_figure
     from perfmodel.report.timeline import simulate_stored, stored_graph
-    from perfmodel.trace import TraceError
+    from perfmodel.trace.parse import TraceError
 
     table = None
     if data.fit is not None and data.spec is not None:

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
-from perfmodel.device import DATASHEET, DEVICE_FILE, DeviceSpec, cpu_device_key, parse_device
-from perfmodel.fitting import FitReport, load_latest_fit, samples_from_records
-from perfmodel.gate import Baseline, load_baseline
-from perfmodel.store import ResultStore
+from perfmodel.device.datasheet import DATASHEET
+from perfmodel.device.probe import DEVICE_FILE, cpu_device_key
+from perfmodel.device.spec import DeviceSpec, parse_device
+from perfmodel.fit.fitting import FitReport, load_latest_fit, samples_from_records
+from perfmodel.gate.baseline import Baseline, load_baseline
+from perfmodel.store.results import ResultStore
 
 #: Collective ops whose measurement records the bandwidth plot draws.
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all",
@@ -84,7 +86,7 @@ def resolve_device_key(root: Path, device: str | None) -> str:
     if kind == "cpu":
         key = cpu_device_key()
     else:
-        from perfmodel.device import detect_device
+        from perfmodel.device.probe import detect_device
 
         key = detect_device(device).key
     if not (root / key).is_dir():

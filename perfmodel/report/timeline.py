@@ -2,7 +2,7 @@
 
 A span is ``(lane, name, start_s, end_s, category)``, times in seconds from
 the start of the iteration. Lanes are ``"cpu"`` and ``"stream <n>"``, as in
-:attr:`perfmodel.simulate.SimResult.timeline`; categories are the op
+:attr:`perfmodel.simulate.walk.SimResult.timeline`; categories are the op
 families, ``host overhead`` and ``unmodelled`` (the keys of the E2E
 breakdown), so both timelines share one colour legend.
 """
@@ -12,11 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
-from perfmodel.e2e import traces_dir
-from perfmodel.graph import Graph, build_graph
+from perfmodel.e2e.single import traces_dir
+from perfmodel.trace.graph import Graph, build_graph
 from perfmodel.ops import OPS
-from perfmodel.predict import predict_graph
-from perfmodel.trace import Trace, TraceFiles, load_trace
+from perfmodel.simulate.predict import predict_graph
+from perfmodel.trace.parse import Trace, TraceFiles, load_trace
 
 
 class Span(NamedTuple):
@@ -87,7 +87,7 @@ def name_category(name: str) -> str:
 
 def stored_graph(results_dir: Path, workload: str) -> tuple[Trace, Graph] | None:
     """``workload``'s stored trace and the task graph of its last iteration;
-    None when no trace is stored (:class:`~perfmodel.trace.TraceError` when
+    None when no trace is stored (:class:`~perfmodel.trace.parse.TraceError` when
     one does not parse)."""
     files = stored_trace_files(results_dir, workload)
     if files is None:
@@ -105,7 +105,7 @@ def simulate_stored(trace: Trace, graph: Graph, fit, table, on_device: bool
 
 
 def e2e_timelines(result, files: TraceFiles) -> tuple[list[Span], list[Span]]:
-    """(measured, simulated) spans of an :class:`~perfmodel.e2e.E2EResult` (its
+    """(measured, simulated) spans of an :class:`~perfmodel.e2e.single.E2EResult` (its
     ``prediction`` kept its timeline) and the trace files it was built from."""
     if result.prediction is None:
         raise ValueError(f"{result.workload}: the E2E result holds no prediction to draw")

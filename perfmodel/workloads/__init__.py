@@ -54,7 +54,7 @@ WORKLOADS: dict[str, WorkloadConfig] = {cfg.name: cfg for cfg in _CONFIGS}
 
 #: Workloads that run on several ranks: their configs have ``needs_process_group``
 #: (building needs torch.distributed initialised) and ``world_sizes``; see
-#: :mod:`perfmodel.multirank`.
+#: :mod:`perfmodel.e2e.ranks`.
 MULTIRANK_WORKLOADS: dict[str, WorkloadConfig] = {cfg.name: cfg for cfg in (
     DDPConfig(name="ddp_mlp"),
     DLRMMPConfig(name="dlrm_mp"),

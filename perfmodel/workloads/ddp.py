@@ -4,7 +4,7 @@ Every rank holds the whole MLP (the ``mlp`` workload's Linear/ReLU layers, MSE
 loss, foreach SGD with momentum) and its own batch; DDP all-reduces the
 gradients in buckets of ``bucket_cap_mb`` while backward runs, and copies the
 averaged gradients back before ``optimizer.step()``. Building needs an
-initialised process group (:func:`perfmodel.distributed.init_distributed`).
+initialised process group (:func:`perfmodel.world.init_distributed`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class DDPConfig:
 
         if not dist.is_initialized():
             raise RuntimeError(f"{self.name} needs an initialised torch.distributed process "
-                               f"group (perfmodel.distributed.init_distributed)")
+                               f"group (perfmodel.world.init_distributed)")
         built = build_mlp(MLPConfig(self.batch, self.widths, lr=self.lr), device, seed)
         model = DistributedDataParallel(built.model, bucket_cap_mb=self.bucket_cap_mb)
         torch.manual_seed(seed + 1 + dist.get_rank())

@@ -72,7 +72,7 @@ class DLRMMPConfig:
 
         if not dist.is_initialized():
             raise RuntimeError(f"{self.name} needs an initialised torch.distributed process "
-                               f"group (perfmodel.distributed.init_distributed)")
+                               f"group (perfmodel.world.init_distributed)")
         rank, world = dist.get_rank(), dist.get_world_size()
         cfg = self.model
         if len(cfg.rows) % world:

@@ -1,0 +1,1 @@
+"""The ``perfmodel`` command line."""

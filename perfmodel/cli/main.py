@@ -1,0 +1,300 @@
+"""The ``perfmodel`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _devices(args: argparse.Namespace) -> int:
+    from perfmodel.device.probe import detect_device
+
+    spec = detect_device(args.device, Path(args.results), threads=args.threads)
+    print(json.dumps(spec.to_dict(), indent=2, sort_keys=True))
+    return 0
+
+
+def _baseline(args: argparse.Namespace) -> int:
+    from perfmodel.device.probe import detect_device
+    from perfmodel.gate.baseline import baseline_errors, overhead_ratios, save_baseline
+    from perfmodel.store.results import ResultStore
+
+    spec = detect_device(args.device, Path(args.results), threads=args.threads)
+    store = ResultStore(Path(args.results), spec.key)
+    loaded = store.load("e2e")
+    for problem in loaded.problems:
+        print(f"warning: skipped {problem}", file=sys.stderr)
+    chosen = baseline_errors(loaded.records, args.profile, args.last)
+    for workload in chosen.left_out:
+        print(f"left out {workload}: fewer than {args.last} runs", file=sys.stderr)
+    fit_data = {w: _baseline_fit_data(w, fits, store, spec.threads)
+                for w, fits in chosen.fits.items()}
+    path = store.baseline_path(args.profile)
+    saved = save_baseline(path, spec.key, chosen.errors, chosen.env,
+                          predicted_by_workload=chosen.predicted_s, fit_data=fit_data,
+                          overhead_by_workload=chosen.overhead_s)
+    for workload, entry in saved.entries.items():
+        floor = "" if entry.noise_floor is None else f"  floor {entry.noise_floor:6.2%}"
+        print(f"{workload:<22} mean {entry.mean:+7.2%}  spread {entry.spread:6.2%}  n {entry.n}"
+              f"{floor}")
+    with_overhead = [w for w, e in saved.entries.items() if e.overhead_s]
+    ratios = overhead_ratios(saved, with_overhead)
+    if ratios:
+        print(f"host-overhead model: predicted/traced "
+              f"{', '.join(f'{r:.3f}x' for r in ratios)} over {len(ratios)} run(s) of "
+              f"{len(with_overhead)} workload(s)")
+    print(f"wrote {path}")
+    return 0
+
+
+def _baseline_fit_data(workload: str, fits: set, store, threads: int | None) -> str | None:
+    """The training-data id ``workload``'s baseline runs predicted with: theirs when
+    they all carry the same one; for runs stored before records carried it, the
+    newest stored fit's (said on stderr); None (no drift check) when they differ."""
+    from perfmodel.fit.fitting import load_latest_fit
+
+    known = fits - {None}
+    if len(known) > 1:
+        print(f"note: {workload}'s runs used different fits; its baseline checks errors only",
+              file=sys.stderr)
+        return None
+    if known:
+        return known.pop()
+    fit, _ = load_latest_fit(store, threads=threads)
+    if fit is None or not fit.data_id:
+        return None
+    print(f"note: {workload}'s runs carry no fit id; assuming they predicted with the "
+          f"newest stored fit ({fit.data_id})", file=sys.stderr)
+    return fit.data_id
+
+
+def _report(args: argparse.Namespace) -> int:
+    from perfmodel.report import build_report
+    from perfmodel.settings import load_settings
+
+    path = build_report(Path(args.results), args.device, args.profile, args.out,
+                        load_settings(Path("pyproject.toml")),
+                        progress=lambda line: print(f"perfmodel report: {line}", file=sys.stderr))
+    print(f"wrote {path}")
+    return 0
+
+
+def _device_key(args: argparse.Namespace) -> str:
+    from perfmodel.report.data import resolve_device_key
+
+    return resolve_device_key(Path(args.results), args.device)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from perfmodel.report.compare import compare
+
+    root = Path(args.results)
+    files = Path(args.a).is_file() and Path(args.b).is_file()  # need no device to find them
+    key = _device_key(args) if args.device or (root.is_dir() and not files) else None
+    print("\n".join(compare(args.a, args.b, root, key, args.profile)))
+    return 0
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from perfmodel.e2e.forecast import forecast_trace, forecast_workload
+
+    if (args.workload is None) == (args.trace is None):
+        raise ValueError("give a workload name or --trace ET_FILE, not both or neither")
+    if args.trace is not None:
+        if args.measure:
+            raise ValueError("--measure needs a workload: a saved trace cannot be run")
+        result = forecast_trace(Path(args.trace), args.kineto and Path(args.kineto),
+                                args.calibration and Path(args.calibration),
+                                Path(args.results), args.device, args.threads)
+    else:
+        try:
+            result = forecast_workload(args.workload, Path(args.results), args.device,
+                                       args.size, args.seed, args.measure, args.threads)
+        except ImportError as exc:
+            raise ValueError(f"workload {args.workload} needs a missing package ({exc})") from None
+    print("\n".join(result.lines()))
+    return 0
+
+
+def _drift(args: argparse.Namespace) -> int:
+    import torch
+
+    from perfmodel.measure.allocator import keep_freed_memory
+    from perfmodel.device.probe import detect_device
+    from perfmodel.measure.drift import drift_record, probe, summarise
+    from perfmodel.measure.env import environment
+    from perfmodel.plaindata import write_json_atomic
+    from perfmodel.store.results import new_run_id
+
+    spec = detect_device(args.device, Path(args.results), threads=args.threads)
+    if spec.kind != "cpu":
+        raise ValueError(f"drift probes a CPU host; {spec.key} is not a CPU")
+    torch.set_num_threads(spec.threads or 1)
+    keep_freed_memory()
+    step = max(1, round(10 / max(args.interval, 0.05)))
+
+    def progress(sample) -> None:
+        if sample.t_s > 0 and len(samples_seen) % step == 0:
+            print(f"perfmodel drift: {sample.t_s:5.1f} s "
+                  + "  ".join(f"{k} {v * 1e6:.0f} us" for k, v in sample.seconds.items()),
+                  file=sys.stderr)
+        samples_seen.append(sample)
+
+    samples_seen: list = []
+    samples = probe(args.seconds, args.interval, args.calls, progress=progress)
+    print(f"{'op':<8}{'samples':>8}{'min':>11}{'median':>11}{'max':>11}{'max/min':>9}"
+          f"{'GMAE':>8}")
+    for row in summarise(samples):
+        print(f"{row.op:<8}{row.n:>8}{row.min_s * 1e6:>9.0f}us{row.median_s * 1e6:>9.0f}us"
+              f"{row.max_s * 1e6:>9.0f}us{row.ratio:>8.2f}x{row.gmae:>8.1%}")
+    path = Path(args.results) / spec.key / "drift" / f"{new_run_id()}.json"
+    write_json_atomic(path, drift_record(samples, spec.key,
+                                         environment(spec.key, spec.threads),
+                                         args.interval, args.calls))
+    print(f"wrote {path}")
+    return 0
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from perfmodel.report.stats import format_stats, load_stats
+
+    report, problems = load_stats(Path(args.results), _device_key(args), args.profile,
+                                  args.reference, args.last, args.min_runs, args.quantile)
+    for problem in problems:
+        print(f"warning: skipped {problem}", file=sys.stderr)
+    print("\n".join(format_stats(report)))
+    return 1 if report.failed else 0
+
+
+def _detecting(parser: argparse.ArgumentParser) -> None:
+    """--results, --device and --threads of a command that detects this machine's device."""
+    parser.add_argument("--results", default="results", help="results root (default: results)")
+    parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: auto)")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
+
+
+def _stored(parser: argparse.ArgumentParser) -> None:
+    """--results and --device of a command that reads stored results only."""
+    parser.add_argument("--results", default="results", help="results root (default: results)")
+    parser.add_argument("--device", default=None,
+                        help="device key (a folder under RESULTS), cpu, cuda or cuda:N "
+                             "(default: the only device under RESULTS)")
+
+
+def _add_analysis_commands(sub) -> None:
+    """``compare``, ``predict`` and ``stats``: read stored results (predict also
+    traces, and with --measure runs, the workload)."""
+    compare = sub.add_parser(
+        "compare", help="two runs, baselines or devices side by side",
+        description="Compare A with B, both run ids (of --device) or run files (.jsonl), both "
+                    "baseline files (.json), or both device keys under RESULTS: per workload "
+                    "the measured times and E2E errors, per op and direction the geometric "
+                    "mean, min and max of the per-config median ratio B/A.")
+    compare.add_argument("a", help="run id, run file, baseline file or device key")
+    compare.add_argument("b", help="of the same kind as A")
+    compare.add_argument("--profile", default="quick",
+                         help="profile of the runs compared across devices (default: quick)")
+    _stored(compare)
+    compare.set_defaults(func=_compare)
+    predict = sub.add_parser(
+        "predict", help="predict a workload's or a saved trace's training iteration",
+        description="Predict one training iteration on this device with its stored fit and "
+                    "shared overhead table: a registered workload (traced here) or a saved "
+                    "trace. Prints the predicted time and its breakdown; --measure also "
+                    "measures the workload. Exit 2 when no fit is stored.")
+    predict.add_argument("workload", nargs="?", default=None, help="registered workload name")
+    predict.add_argument("--size", default="registered", choices=("tiny", "registered", "full"),
+                         help="workload size (default: registered)")
+    predict.add_argument("--seed", type=int, default=0, help="workload seed (default: 0)")
+    predict.add_argument("--measure", action="store_true", help="also measure the iteration")
+    predict.add_argument("--trace", default=None, metavar="ET_FILE",
+                         help="a saved execution trace (<name>.et.json) instead of a workload")
+    predict.add_argument("--kineto", default=None, metavar="FILE",
+                         help="its Kineto trace, for traced timings")
+    predict.add_argument("--calibration", default=None, metavar="FILE",
+                         help="its profiler calibration file")
+    _detecting(predict)
+    predict.set_defaults(func=_predict)
+    stats = sub.add_parser(
+        "stats", help="mean, sd and diff of every item over several stored runs",
+        description="Over the stored runs of PROFILE (at least --min-runs): per E2E workload "
+                    "and per op config the mean, sd and sd%% over runs, and the diff against "
+                    "baseline-<profile>.json (E2E errors) or against --reference RUN (every "
+                    "item). An item fails when |diff| leaves the --quantile prediction interval "
+                    "of one more run (Student's t x sd x sqrt(1 + 1/N)); exit 1 when any item "
+                    "fails.")
+    stats.add_argument("--profile", default="quick", help="profile of the runs (default: quick)")
+    stats.add_argument("--last", type=int, default=None, help="newest runs to use (default: all)")
+    stats.add_argument("--reference", default=None, metavar="RUN",
+                       help="run id or run file to diff against (left out of the runs)")
+    stats.add_argument("--quantile", type=float, default=0.95,
+                       help="coverage of the prediction interval (default 0.95)")
+    stats.add_argument("--min-runs", type=int, default=3, help="fewest runs (default: 3)")
+    _stored(stats)
+    stats.set_defaults(func=_stats)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="perfmodel", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    devices = sub.add_parser("devices", help="detect the device and print its spec as JSON",
+                             description="Detect the device (measuring a CPU once and caching "
+                                         "it under RESULTS/<device-key>/device.json).")
+    _detecting(devices)
+    devices.set_defaults(func=_devices)
+    baseline = sub.add_parser(
+        "baseline", help="write the E2E gate's baseline from stored runs",
+        description="Write RESULTS/<device-key>/baseline-<profile>.json from the signed E2E "
+                    "errors of the newest LAST stored runs of PROFILE (runs with a planted "
+                    "bias are left out): the same file --perfmodel-save-baseline writes, "
+                    "built from runs you already have, e.g. a CI history.")
+    baseline.add_argument("--profile", default="quick", help="profile of the runs (default: quick)")
+    baseline.add_argument("--last", type=int, default=5, help="newest runs to use (default: 5)")
+    _detecting(baseline)
+    baseline.set_defaults(func=_baseline)
+    drift = sub.add_parser(
+        "drift", help="how far this host's speed moves over time (the floor under accuracy)",
+        description="Time two reference ops (a 512^3 fp32 addmm and a 16M-element fp32 copy) every "
+                    "INTERVAL seconds for SECONDS, each sample the median of CALLS calls; print "
+                    "per op the min, median and max sample, max/min and the GMAE of the samples "
+                    "against their median, and write them to "
+                    "RESULTS/<device-key>/drift/<run-id>.json.")
+    drift.add_argument("--seconds", type=float, default=60.0,
+                       help="how long to probe (default: 60)")
+    drift.add_argument("--interval", type=float, default=0.5,
+                       help="pause between samples, seconds (default: 0.5)")
+    drift.add_argument("--calls", type=int, default=20,
+                       help="calls per op and sample (default: 20)")
+    _detecting(drift)
+    drift.set_defaults(func=_drift)
+    report = sub.add_parser(
+        "report", help="write the HTML report (plots, accuracy and E2E tables) from stored results",
+        description="Write one self-contained HTML file (figures embedded, no external URL) "
+                    "from what is stored under RESULTS/<device-key>/: per-op accuracy, "
+                    "predicted vs measured, error CDFs, E2E table and breakdown, iteration "
+                    "timelines, collective bandwidth. The figures are also written as PNG "
+                    "beside it. Nothing is measured.")
+    _stored(report)
+    report.add_argument("--profile", default=None,
+                        help="profile of the E2E records and baseline (default: the newest "
+                             "run's)")
+    report.add_argument("--out", default=None,
+                        help="HTML file to write (default: RESULTS/<device-key>/report/index.html)")
+    report.set_defaults(func=_report)
+    _add_analysis_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, RuntimeError, OSError) as exc:
+        print(f"perfmodel {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Devices: the spec, the GPU data-sheet table, and probing the device at hand."""

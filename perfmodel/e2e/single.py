@@ -1,0 +1,403 @@
+"""End-to-end: trace a training iteration, predict it, and measure it.
+
+Pipeline per workload (see DESIGN.md): capture an execution trace of a few
+iterations (:mod:`perfmodel.trace.parse`), build the task graph of the last one
+(:mod:`perfmodel.trace.graph`), price it with the fitted op predictors and the
+device's shared overhead table (:mod:`perfmodel.trace.overheads`), simulate it
+(:mod:`perfmodel.simulate.walk`), and compare with the measured iteration time.
+
+Measurement follows the repeat × number method of the training benchmarks in
+the seed work: warm up, then ``repeat`` timed blocks of ``number`` iterations
+each; the per-iteration time of each block is one sample, and the median and
+standard deviation are taken over the blocks.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import warnings
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from perfmodel.trace.graph import Graph, build_graph
+from perfmodel.trace.overheads import (OverheadTable, load_all_samples, load_samples,
+                                 samples_from_graph, save_samples, table_from_samples,
+                                 traced_gaps_s, with_earlier_leaves)
+from perfmodel.simulate.predict import Prediction, predict_graph
+from perfmodel.trace.parse import capture_trace, load_trace
+
+#: Iterations captured per trace (the last one is predicted) and warm-up before.
+TRACE_ITERATIONS = 3
+TRACE_WARMUP = 3
+#: Workload size per profile on a CPU (``smoke`` keeps CI fast) and on a GPU.
+WORKLOAD_SIZE = {"smoke": "tiny", "quick": "registered", "gpu": "full", "full": "registered"}
+GPU_WORKLOAD_SIZE = {"smoke": "tiny", "quick": "full", "gpu": "full", "full": "full"}
+#: ``measure_iteration`` arguments (warmup, repeat, number) per profile.
+MEASURE = {"smoke": (2, 5, 2), "quick": (10, 30, 5), "gpu": (10, 30, 5), "full": (20, 50, 10)}
+
+
+@dataclass(frozen=True)
+class IterationTiming:
+    """Measured iteration time: median and sd over ``repeat`` blocks (seconds)."""
+
+    median_s: float
+    sd_s: float
+    repeat: int
+    number: int
+    items_per_s: float
+
+
+@dataclass
+class E2EResult:
+    """Predicted against measured iteration time of one workload (seconds).
+
+    ``predicted_s`` uses the device's shared overhead table;
+    ``predicted_own_s`` the table of this workload's own trace only (the
+    seed work's "per-workload overheads"), for comparison.
+    """
+
+    workload: str
+    measured: IterationTiming
+    predicted_s: float
+    breakdown_s: dict[str, float] = field(default_factory=dict)
+    predicted_own_s: float | None = None
+    regions_s: dict[str, float] = field(default_factory=dict)
+    unmodelled: list = field(default_factory=list)  # (name, count, share of traced time)
+    no_predictor: dict[str, int] = field(default_factory=dict)
+    n_tasks: int = 0
+    traced_s: float | None = None
+    overhead_workloads: tuple[str, ...] = ()
+    bias: dict[str, float] = field(default_factory=dict)  # planted prediction error, if any
+    #: host-overhead seconds of the trace, counted robustly (see
+    #: :func:`perfmodel.trace.overheads.traced_gaps_s`); None when not traced here
+    traced_gaps_s: float | None = None
+    #: the measured median (s) of a first measurement that failed the gate's error
+    #: check and was repeated (see :func:`measure_again`); None when measured once
+    first_measured_s: float | None = None
+    #: training-data id of the fit that predicted it
+    #: (:attr:`perfmodel.fit.fitting.FitReport.data_id`); None when not known
+    fit_data: str | None = None
+    #: on several ranks of one host: the slowdown of memory-bound ops beside the
+    #: other ranks that they measured (:meth:`perfmodel.measure.contention.Contention.to_dict`)
+    contention: dict[str, float] | None = None
+    #: on several ranks: how much slower the host ran than at the fit's
+    #: measurements (:meth:`perfmodel.measure.drift.HostDrift.to_dict`), and the
+    #: prediction without that drift (s); None when not measured
+    host_drift: dict[str, float] | None = None
+    predicted_fit_speed_s: float | None = None
+    #: ``op.direction`` -> (calls, largest ratio) predicted beyond the fit's
+    #: configs (:func:`perfmodel.simulate.predict.beyond_fit`); None when the fit does not say
+    beyond_fit: dict[str, tuple[int, float]] | None = None
+    prediction: Prediction | None = field(default=None, repr=False)
+    graph: Graph | None = field(default=None, repr=False)
+
+    @property
+    def model_predicted_s(self) -> float:
+        """The prediction at the fit's host speed (s): :attr:`predicted_s`
+        without the host's drift, which moves with the host rather than the model
+        (what the gate's drift check compares)."""
+        return self.predicted_s if self.predicted_fit_speed_s is None \
+            else self.predicted_fit_speed_s
+
+    @property
+    def error(self) -> float:
+        """|predicted - measured| / measured, a fraction."""
+        return abs(self.predicted_s - self.measured.median_s) / self.measured.median_s
+
+    @property
+    def signed_error(self) -> float:
+        """(predicted - measured) / measured: positive when over-predicted."""
+        return (self.predicted_s - self.measured.median_s) / self.measured.median_s
+
+    @property
+    def predicted_gaps_s(self) -> float:
+        """Predicted host-overhead seconds (the taxonomy's gaps, not the unmodelled
+        nodes): the prediction's ``host overhead`` share."""
+        return self.breakdown_s.get("host overhead", 0.0)
+
+    @property
+    def error_own(self) -> float | None:
+        """The error with the workload's own overhead table."""
+        if self.predicted_own_s is None:
+            return None
+        return abs(self.predicted_own_s - self.measured.median_s) / self.measured.median_s
+
+    @property
+    def unmodelled_share(self) -> float:
+        """Share of the traced iteration spent in unmodelled nodes (fraction)."""
+        return sum(share or 0.0 for _, _, share in self.unmodelled)
+
+    def to_plain(self) -> dict:
+        """This result as plain data, without its prediction and task graph
+        (large, and needed by neither the summary nor the gate); see
+        :meth:`from_plain`."""
+        plain = {f.name: getattr(self, f.name) for f in fields(self)
+                 if f.name not in ("prediction", "graph")}
+        plain["measured"] = asdict(self.measured)
+        return plain
+
+    @classmethod
+    def from_plain(cls, data: Mapping[str, Any]) -> E2EResult:
+        """The result that ``data`` names field by field (:meth:`to_plain` output
+        after a JSON round trip, or a multi-rank run's record): other keys are
+        ignored, missing fields take their defaults, lists become tuples where
+        the fields hold tuples."""
+        known = {f.name for f in fields(cls)}
+        args = {k: v for k, v in data.items() if k in known}
+        args["measured"] = IterationTiming(**data["measured"])
+        args["unmodelled"] = [tuple(row) for row in args.get("unmodelled") or []]
+        args["overhead_workloads"] = tuple(args.get("overhead_workloads") or ())
+        if args.get("beyond_fit") is not None:
+            args["beyond_fit"] = {k: tuple(v) for k, v in args["beyond_fit"].items()}
+        return cls(**args)
+
+    def record(self, env: dict) -> dict:
+        """The store record of this result."""
+        return {"kind": "e2e", "workload": self.workload, "measured_s": self.measured.median_s,
+                "measured_sd_s": self.measured.sd_s, "repeat": self.measured.repeat,
+                "number": self.measured.number, "items_per_s": self.measured.items_per_s,
+                "predicted_s": self.predicted_s, "error": self.error,
+                "signed_error": self.signed_error,
+                "predicted_own_s": self.predicted_own_s, "error_own": self.error_own,
+                "breakdown_s": self.breakdown_s, "regions_s": self.regions_s,
+                "traced_breakdown_s": {} if self.graph is None else traced_breakdown(self.graph),
+                "unmodelled": [list(row) for row in self.unmodelled],
+                "no_predictor": self.no_predictor, "n_tasks": self.n_tasks,
+                "traced_s": self.traced_s,
+                "overhead_workloads": list(self.overhead_workloads), "bias": self.bias,
+                "traced_gaps_s": self.traced_gaps_s, "first_measured_s": self.first_measured_s,
+                **({"fit_data": self.fit_data} if self.fit_data else {}),
+                **({"contention": self.contention} if self.contention else {}),
+                "beyond_fit": self.beyond_fit,
+                **({"host_drift": self.host_drift,
+                    "predicted_fit_speed_s": self.predicted_fit_speed_s}
+                   if self.host_drift else {}), "env": env}
+
+
+def traced_breakdown(graph: Graph) -> dict[str, float]:
+    """Traced seconds per category of ``graph``, keyed as
+    :attr:`Prediction.breakdown_s` is: device time of kernels where the task has
+    them, host time otherwise (profiler overhead included)."""
+    out: dict[str, float] = {}
+    for task in graph.tasks:
+        key = {"overhead": "host overhead", "unmodelled": "unmodelled"}.get(task.kind, task.family)
+        seconds = sum(k.dur_s for k in task.kernels) if task.kernels else task.measured_s or 0.0
+        out[key] = out.get(key, 0.0) + seconds
+    return dict(sorted(out.items()))
+
+
+def measure_iteration(step: Callable[[], object], items: int, warmup: int = 10, repeat: int = 30,
+                      number: int = 5, sync: Callable[[], object] = lambda: None,
+                      clock: Callable[[], float] = time.perf_counter) -> IterationTiming:
+    """Time ``step`` (one training iteration over ``items`` samples)."""
+    if repeat < 2 or number < 1:
+        raise ValueError(f"need repeat >= 2 and number >= 1, got {repeat} and {number}")
+    for _ in range(warmup):
+        step()
+    sync()
+    samples = []
+    for _ in range(repeat):
+        start = clock()
+        for _ in range(number):
+            step()
+        sync()
+        samples.append((clock() - start) / number)
+    median = statistics.median(samples)
+    return IterationTiming(median, statistics.stdev(samples), repeat, number, items / median)
+
+
+# -- the pieces -----------------------------------------------------------------------
+
+def traces_dir(results_dir: Path) -> Path:
+    """Where a device's captured traces go (``results/<device-key>/traces``)."""
+    return results_dir / "traces"
+
+
+def overheads_dir(results_dir: Path) -> Path:
+    """Where a device's per-workload overhead samples go."""
+    return results_dir / "overheads"
+
+
+def capture_graph(step: Callable[[], object], out_dir: Path, name: str, device: str) -> Graph:
+    """Capture ``step``'s trace files under ``out_dir`` and build the task graph
+    of its last iteration."""
+    files = capture_trace(step, out_dir, name, TRACE_ITERATIONS, TRACE_WARMUP, device)
+    return build_graph(load_trace(files.et, files.kineto, files.calibration))
+
+
+def trace_workload(name: str, step: Callable[[], object], results_dir: Path, device: str,
+                   bandwidth_B_per_s: float) -> Graph:
+    """Capture ``step``'s trace under ``results_dir``, build its graph, and save
+    its overhead samples as workload ``name``'s contribution to the table: this
+    trace's gaps, and the unmodelled-node samples of its last
+    :data:`~perfmodel.trace.overheads.LEAF_TRACES` traces (an unreadable earlier file is
+    kept beside it as ``<name>.json.unreadable``, with a warning)."""
+    graph = capture_graph(step, traces_dir(results_dir), name, device)
+    path = overheads_dir(results_dir) / f"{name}.json"
+    try:
+        earlier = load_samples(path) if path.is_file() else None
+    except ValueError as exc:
+        earlier = None
+        kept = path.with_name(path.name + ".unreadable")
+        path.replace(kept)
+        warnings.warn(f"{exc}; kept as {kept}, starting {name}'s samples afresh", stacklevel=2)
+    save_samples(path, with_earlier_leaves(samples_from_graph(name, graph, bandwidth_B_per_s),
+                                           earlier))
+    return graph
+
+
+def shared_table(results_dir: Path, bandwidth_B_per_s: float) -> tuple[OverheadTable, list[str]]:
+    """The device's overhead table pooled over every workload's saved samples,
+    and a problem line per unreadable samples file."""
+    samples, problems = load_all_samples(overheads_dir(results_dir))
+    return table_from_samples(samples, bandwidth_B_per_s), problems
+
+
+def predict_and_measure(name: str, step: Callable[[], object], items: int, graph: Graph, fit,
+                        table: OverheadTable, device: str, bandwidth_B_per_s: float,
+                        measure: bool = True, bias: dict[str, float] | None = None,
+                        profile: str = "quick") -> E2EResult:
+    """Predict ``graph`` with the shared ``table`` and with its own overheads,
+    then measure ``step`` as :data:`MEASURE` says for ``profile`` (unless
+    ``measure`` is False: measured is then NaN). ``bias`` plants a prediction
+    error (see :func:`perfmodel.simulate.predict.parse_bias`)."""
+    on_device = device.startswith("cuda")
+    shared = predict_graph(graph, fit, table, on_device, bias=bias)
+    own = predict_graph(graph, fit, table_from_samples(
+        [samples_from_graph(name, graph, bandwidth_B_per_s)], bandwidth_B_per_s), on_device,
+        keep_timeline=False, bias=bias)
+    if measure:
+        measured = measure_profile(step, items, device, profile)
+    else:
+        nan = float("nan")
+        measured = IterationTiming(nan, nan, 0, 0, nan)
+    return E2EResult(name, measured, shared.total_s, shared.breakdown_s, own.total_s,
+                     dict(sorted(shared.sim.regions_s.items())), shared.unmodelled,
+                     shared.no_predictor, shared.n_tasks, graph.measured_s, table.workloads,
+                     dict(bias or {}), traced_gaps_s(graph), beyond_fit=shared.beyond_fit,
+                     prediction=shared, graph=graph)
+
+
+def measure_again(result: E2EResult, step: Callable[[], object], items: int, device: str,
+                  profile: str = "quick") -> E2EResult:
+    """``result`` with its iteration measured once more (as :data:`MEASURE` says for
+    ``profile``) and the first measurement's median kept in ``first_measured_s``.
+
+    The gate asks for it when a measurement fails its error check: a burst of load
+    on a shared machine can slow one whole measurement (on cpu-amd-epyc-2c, one of
+    the 200 measurements of a 20-round stability run, mlp_small at 38.1 ms against a
+    typical 28-30 ms), and the repeat decides."""
+    return replace(result, measured=measure_profile(step, items, device, profile),
+                   first_measured_s=result.measured.median_s)
+
+
+def measure_profile(step: Callable[[], object], items: int, device: str,
+                    profile: str = "quick") -> IterationTiming:
+    """:func:`measure_iteration` of ``step`` with ``profile``'s (warmup, repeat,
+    number) from :data:`MEASURE`, synchronising ``device``."""
+    warmup, repeat, number = MEASURE[profile]
+    return measure_iteration(step, items=items, warmup=warmup, repeat=repeat, number=number,
+                             sync=_sync_for(device))
+
+
+def time_prediction(graph: Graph, fit, table: OverheadTable, tasks: int = 10_000,
+                    on_device: bool = False) -> tuple[int, float]:
+    """The size of a graph of at least ``tasks`` tasks (``graph``'s tasks
+    repeated) and the seconds to predict it, batched predictor calls and
+    simulation included."""
+    if not graph.tasks:
+        raise ValueError("cannot time the prediction of an empty graph")
+    copies = -(-tasks // len(graph.tasks))
+    big = replace(graph, tasks=graph.tasks * copies)
+    start = time.perf_counter()
+    predict_graph(big, fit, table, on_device, keep_timeline=False)
+    return len(big.tasks), time.perf_counter() - start
+
+
+def _sync_for(device: str) -> Callable[[], object]:
+    if device.startswith("cuda"):
+        import torch
+
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+# -- the user's own model ---------------------------------------------------------------
+
+def training_step(model: Any, batch: Any, loss_fn: Callable[[Any, Any], Any],
+                  optimizer: Any) -> Callable[[], None]:
+    """One training iteration as a callable: ``optimizer.zero_grad()``, then
+    ``loss_fn(model, batch).backward()``, then ``optimizer.step()``."""
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(model, batch).backward()
+        optimizer.step()
+
+    return step
+
+
+def predict_model(model: Any, batch: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any,
+                  *, items: int | None = None, name: str = "user_model",
+                  results: str | Path = "results", device: str | None = None,
+                  threads: int | None = None, measure: bool = True) -> E2EResult:
+    """Predict (and measure) one training iteration of a user's model.
+
+    ``loss_fn(model, batch)`` returns the loss tensor of one batch; one
+    iteration is zero_grad, loss, backward, ``optimizer.step()``. Predictions
+    use the fitted predictors and the shared overhead table stored under
+    ``results/<device-key>/`` (run ``pytest suites/ -m "microbench or e2e"``
+    first to create them). ``items`` (samples per batch, for items/s) defaults
+    to the leading dim of the first tensor in ``batch``. The model's own
+    overhead samples are not added to the shared table.
+    """
+    from perfmodel.device.probe import detect_device
+    from perfmodel.fit.fitting import load_latest_fit
+    from perfmodel.store.results import ResultStore
+
+    spec = detect_device(device, Path(results), threads=threads)
+    torch_device = "cpu" if spec.kind == "cpu" else f"cuda:{spec.index or 0}"
+    store = ResultStore(Path(results), spec.key)
+    fit, problems = load_latest_fit(store, threads=spec.threads)
+    if fit is None:
+        raise LookupError(f"no fitted predictors under {store.dir}; run "
+                          f"`pytest suites/ -m microbench` first")
+    table, table_problems = shared_table(store.dir, spec.mem_bandwidth_Bps)
+    for problem in problems + table_problems:
+        warnings.warn(f"skipped: {problem}", stacklevel=2)
+    return predict_step(training_step(model, batch, loss_fn, optimizer),
+                        items if items is not None else batch_items(batch), name, fit, table,
+                        torch_device, spec.mem_bandwidth_Bps, measure)
+
+
+def predict_step(step: Callable[[], object], items: int, name: str, fit, table: OverheadTable,
+                 device: str, bandwidth_B_per_s: float, measure: bool = True) -> E2EResult:
+    """Trace ``step`` into a temporary folder, predict it with ``fit`` and
+    ``table``, and measure it: :func:`predict_model` with everything given.
+    The host allocator keeps freed memory from here on, as in the sweeps the
+    fit was trained on (:func:`perfmodel.measure.allocator.keep_freed_memory`)."""
+    import tempfile
+
+    from perfmodel.measure.allocator import keep_freed_memory
+
+    keep_freed_memory()
+
+    with tempfile.TemporaryDirectory(prefix="perfmodel-trace-") as tmp:
+        graph = capture_graph(step, Path(tmp), name, device)
+    return predict_and_measure(name, step, items, graph, fit, table, device, bandwidth_B_per_s,
+                               measure)
+
+
+def batch_items(batch: Any) -> int:
+    """Samples in ``batch``: the leading dim of its first tensor (1 if none)."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    values = batch.values() if isinstance(batch, dict) else batch
+    if isinstance(values, (list, tuple)) or hasattr(values, "__iter__"):
+        for value in values:
+            if isinstance(value, torch.Tensor) and value.dim():
+                return int(value.shape[0])
+    return 1

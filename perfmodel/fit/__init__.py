@@ -1,0 +1,1 @@
+"""Fitting per-op predictors: estimators, model selection, persistence and error metrics."""

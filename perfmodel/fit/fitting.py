@@ -1,0 +1,637 @@
+"""Fit per-op predictors from stored measurements and score them on held-out configs.
+
+For every (op, direction) the candidates are scored by k-fold cross-validation
+over the *configs* (both replicates of a config fall in the same fold: held out
+means unseen, and every config is held out once) and on an extrapolation split
+(train on the smaller problems, test on the largest). The one with the lowest
+random-split GMAE is kept (ties within :data:`SELECTION_TIE` go to the lowest
+extrapolation GMAE; :func:`choose_kind`) and refitted on every config. The report
+also gives the noise floor: the GMAE between two independent measurements of
+the same configs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from perfmodel.measure.allocator import record_allocator
+from perfmodel.device.spec import DeviceSpec
+from perfmodel.measure.drift import HostSpeed
+from perfmodel.fit.metrics import gmae, mape, max_abs_rel_error, noise_floor
+from perfmodel.ops import OpDef, get_op
+from perfmodel.ops.base import DTYPE_BYTES
+from perfmodel.ops.collective import HOST_CPU, LOADED
+from perfmodel.fit.comm_model import CommRegressor, comm_features
+from perfmodel.fit.predictors import (EfficiencyRegressor, EmbeddingLookupRegressor,
+                                  RooflineRegressor, ShapeRegressor, load_predictor,
+                                  save_predictor)
+from perfmodel.plaindata import is_seconds, write_json_atomic
+from perfmodel.store.results import ResultStore
+
+#: Dtypes with their own compute-rate column in the roofline features.
+COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
+#: Folds of the random split: each config is held out once, so the held-out
+#: error covers every config (a single 25% split of ~20 configs moved by 15
+#: points between runs of the same code here).
+N_FOLDS = 4
+#: Fraction of configs (the largest by FLOPs) held out by the extrapolation split.
+EXTRAPOLATION_FRACTION = 0.2
+#: Fewest distinct configs needed to fit and score an op.
+MIN_CONFIGS = 4
+#: Fewest distinct configs for the learned (tree) predictors to be candidates;
+#: below it only the two-parameter-per-resource roofline is fitted.
+MIN_CONFIGS_FOR_ML = 16
+#: Fewest distinct configs for every communication curve to be a candidate;
+#: below it only the first (the sigmoid). The curves have 2 to 4 parameters per
+#: world size: the smoke profile's 4 sizes per world size are too few for the
+#: held-out choice among them, one world size of the quick profile (16 sizes,
+#: as the loaded times are measured) is enough.
+MIN_CONFIGS_FOR_CURVES = 10
+#: The collectives' kinds: one per :data:`perfmodel.fit.comm_model.CURVES`.
+COMM_KINDS = ("comm_sigmoid", "comm_hockney", "comm_cache", "comm_interp")
+PREDICTOR_KINDS = ("roofline", "shape", "efficiency", "embedding_analytic", *COMM_KINDS)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measurement of one config: the unit the predictors learn from."""
+
+    dtype: str
+    params: tuple[tuple[str, int], ...]
+    seconds: float
+    run_id: str
+    replicate: int
+    #: the host's speed when it was measured (its record's ``host_speed``), or None
+    host_speed: HostSpeed | None = field(default=None, compare=False)
+    #: other processes timing on the host meanwhile (its record's ``timed_beside``;
+    #: None when the record does not say)
+    timed_beside: int | None = field(default=None, compare=False)
+
+    @property
+    def config_key(self) -> tuple:
+        return (self.dtype, self.params)
+
+
+def features(kind: str, op: OpDef, direction: str, dtype: str,
+             params: Mapping[str, int]) -> list[float]:
+    """Feature row of one config for predictor ``kind``.
+
+    ``roofline``: FLOPs in the column of ``dtype`` (FLOP), then bytes moved (B).
+    ``shape``: the op's shape parameters, its extra features, FLOPs, bytes and
+    bytes per element.
+    ``efficiency``: the roofline columns followed by the shape columns.
+    """
+    params = op.complete_config(params)
+    flops = op.flops(params, direction)
+    moved = op.bytes_moved(params, dtype, direction)
+    if kind == "roofline":
+        return [flops if dtype == d else 0.0 for d in COMPUTE_DTYPES] + [moved]
+    if kind == "shape":
+        return [float(params[p]) for p in op.params] + \
+            op.extra_features(params, dtype, direction) + \
+            [flops, moved, float(DTYPE_BYTES[dtype])]
+    if kind == "efficiency":
+        return features("roofline", op, direction, dtype, params) + \
+            features("shape", op, direction, dtype, params)
+    if kind == "embedding_analytic":
+        return [float(params[p]) for p in ("B", "E", "T", "L", "D")]
+    if kind in COMM_KINDS:
+        return comm_features(op, params)
+    raise ValueError(f"unknown predictor kind {kind!r}: expected one of {PREDICTOR_KINDS}")
+
+
+def roofline_peaks(device: DeviceSpec) -> list[float]:
+    """Peak rate per roofline column: FLOP/s per compute dtype, then B/s."""
+    fp32 = device.peak_flops["float32"]
+    return [device.peak_flops.get(d, fp32) for d in COMPUTE_DTYPES] + [device.mem_bandwidth_Bps]
+
+
+def candidate_kinds(op: OpDef, direction: str) -> tuple[str, ...]:
+    """Predictor kinds that apply to ``op`` in ``direction``."""
+    if op.family == "collective":  # latency/bandwidth curves per world size
+        return COMM_KINDS
+    generic = ("roofline", "shape", "efficiency")
+    return generic + (("embedding_analytic",) if op.analytic_model(direction) else ())
+
+
+def make_predictor(kind: str, device: DeviceSpec, op: OpDef | None = None,
+                   direction: str = "forward"):
+    """An unfitted predictor of ``kind`` for ``device`` (and ``op`` in ``direction``,
+    which the analytical embedding model needs)."""
+    if kind == "roofline":
+        return RooflineRegressor(peaks=roofline_peaks(device))
+    if kind == "shape":
+        return ShapeRegressor()
+    if kind == "efficiency":
+        peaks = roofline_peaks(device)
+        return EfficiencyRegressor(peaks=peaks, n_work=len(peaks))
+    if kind in COMM_KINDS:
+        return CommRegressor(curve=kind.removeprefix("comm_"))
+    if kind == "embedding_analytic" and op is not None and op.analytic_model(direction):
+        return EmbeddingLookupRegressor(kind=op.analytic_model(direction), spec=device)
+    raise ValueError(f"unknown predictor kind {kind!r}: expected one of {PREDICTOR_KINDS}")
+
+
+@dataclass
+class OpPredictor:
+    """A fitted predictor of one (op, direction) and the features it reads."""
+
+    op: str
+    direction: str
+    kind: str
+    estimator: object
+
+    def feature_matrix(self, rows: Iterable[tuple[str, Mapping[str, int]]]) -> np.ndarray:
+        """Feature rows of (dtype, params) pairs for this predictor's kind."""
+        op = get_op(self.op)
+        return np.array([features(self.kind, op, self.direction, dtype, params)
+                         for dtype, params in rows], dtype=float)
+
+    def predict(self, dtype: str, params_list: Sequence[Mapping[str, int]]) -> np.ndarray:
+        """Predicted seconds for each config in ``params_list``, in one batched call."""
+        return self.estimator.predict(self.feature_matrix((dtype, p) for p in params_list))
+
+
+@dataclass
+class OpAccuracy:
+    """Held-out accuracy of one (op, direction). Errors are fractions (0.05 = 5%)."""
+
+    op: str
+    direction: str
+    n_configs: int
+    n_samples: int
+    chosen: str
+    reason: str
+    gmae: float
+    mape: float
+    max_error: float
+    gmae_extrapolation: float | None
+    noise_floor: float | None
+    n_noise_pairs: int
+    candidates: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: GMAE between the first and the last run that measured each config: how
+    #: far timings move between sessions (None with one run). The fit itself
+    #: uses each config's newest run (:func:`newest_per_config`).
+    noise_floor_runs: float | None = None
+    #: the most FLOPs and bytes moved by one call among the configs it was
+    #: fitted on (None in fits saved before they were recorded); see
+    #: :meth:`beyond`
+    largest_flops: float | None = None
+    largest_bytes: float | None = None
+
+    def beyond(self, params: Mapping[str, int], dtype: str) -> float | None:
+        """How many times the largest fitted config's FLOPs (or bytes moved,
+        whichever is further) one call of ``params`` needs: above 1 the
+        predictor extrapolates. None when the fit did not record its range."""
+        if self.largest_flops is None or self.largest_bytes is None:
+            return None
+        flops, moved = get_op(self.op).size(params, dtype, self.direction)
+        return max(flops / self.largest_flops if self.largest_flops > 0 else 0.0,
+                   moved / self.largest_bytes if self.largest_bytes > 0 else 0.0)
+
+    @property
+    def name(self) -> str:
+        return f"{self.op}.{self.direction}"
+
+
+@dataclass
+class FitReport:
+    """Fitted predictors and their accuracy, keyed by ``(op, direction)``."""
+
+    predictors: dict[tuple[str, str], OpPredictor] = field(default_factory=dict)
+    accuracy: dict[tuple[str, str], OpAccuracy] = field(default_factory=dict)
+    skipped: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: loaded predictors left out because their op's params, or the predictor
+    #: kinds it is chosen among, changed since the fit
+    stale: tuple[tuple[str, str], ...] = ()
+    data_runs: tuple[str, ...] = ()  # run ids of the measurements it was trained on
+    #: torch threads of the CPU measurements it was trained on (None: not a CPU
+    #: fit, or a fit saved before thread counts were recorded).
+    threads: int | None = None
+    #: the host's speed over the measurements it was trained on (the median of
+    #: their records' ``host_speed``; None when none recorded it)
+    host_speed: HostSpeed | None = None
+
+    @property
+    def data_id(self) -> str:
+        """A fingerprint of the measurements this fit was trained on (16 hex digits,
+        "" without recorded runs): equal ids mean the same training data."""
+        if not self.data_runs:
+            return ""
+        return hashlib.sha256("\n".join(sorted(self.data_runs)).encode()).hexdigest()[:16]
+
+    def predictor(self, op: str, direction: str) -> OpPredictor:
+        try:
+            return self.predictors[(op, direction)]
+        except KeyError:
+            why = self.skipped.get((op, direction), "no measurements")
+            raise LookupError(f"no fitted predictor for {op}.{direction}: {why}") from None
+
+
+def samples_from_records(records: Iterable[dict]) -> dict[tuple[str, str], list[Sample]]:
+    """Group measurement records by (op, direction). A collective's record with
+    ``rank_cpu_s`` (process CPU seconds per call of each rank) also gives a
+    sample of ``(op, HOST_CPU)``: the mean over ranks; one with ``loaded_s``
+    (its time under compute load) a sample of ``(op, LOADED)``."""
+    from perfmodel.ops import OPS
+
+    grouped: dict[tuple[str, str], list[Sample]] = {}
+    for r in records:
+        if r.get("kind") != "measurement":
+            continue
+        config = OPS[r["op"]].complete_config(r["config"]) if r["op"] in OPS else r["config"]
+        params = tuple(sorted((k, int(v)) for k, v in config.items()))
+        run_id, replicate = str(r.get("run_id")), int(r["replicate"])
+        speed = r.get("host_speed")
+        grouped.setdefault((r["op"], r["direction"]), []).append(
+            Sample(r["dtype"], params, float(r["measurement"]["median_s"]), run_id, replicate,
+                   None if speed is None else HostSpeed.from_dict(speed, f"run {run_id}"),
+                   r.get("timed_beside")))
+        if not (r["op"] in OPS and OPS[r["op"]].family == "collective"):
+            continue
+        cpu, loaded = r.get("rank_cpu_s"), r.get("loaded_s")
+        if isinstance(cpu, list) and cpu and all(is_seconds(v) for v in cpu):
+            grouped.setdefault((r["op"], HOST_CPU), []).append(
+                Sample(r["dtype"], params, float(np.mean(cpu)), run_id, replicate))
+        if is_seconds(loaded):
+            grouped.setdefault((r["op"], LOADED), []).append(
+                Sample(r["dtype"], params, float(loaded), run_id, replicate))
+    return grouped
+
+
+
+def newest_per_config(samples: Iterable[Sample]) -> list[Sample]:
+    """The samples of one run per config: its newest run timed alone, else its
+    newest run whose records do not say, else its newest run timed beside other
+    processes (run ids start with their UTC start time, so the largest id is the
+    newest; "alone" is a record's ``timed_beside`` of 0).
+
+    A device key names a CPU model, not a host: the same model behind another
+    VM ran this repo's GEMMs 20% slower (mlp_small's layers on
+    cpu-amd-epyc-f25m17-2c, two sessions apart). Pooling sessions would fit
+    their average; re-measuring a config replaces its older timings instead, so
+    a fresh sweep prices the host that the end-to-end runs measure.
+
+    Timings beside the other ranks of a sweep sharded over one host's cores are
+    not the op's alone: on cpu-amd-epyc-f25m1-2c, one process timed the
+    cold-cache ops at 0.65-0.93 of what three 1-thread sweeps over 2 ranks had
+    timed that evening (median per op and sweep; README, *Sharded sweeps*). So
+    an alone timing is kept over a newer one taken beside others."""
+    samples = list(samples)
+    best: dict[tuple, tuple[int, str]] = {}
+    for s in samples:
+        rank = (_alone_rank(s.timed_beside), s.run_id)
+        if rank > best.get(s.config_key, (-1, "")):
+            best[s.config_key] = rank
+    return [s for s in samples if s.run_id == best[s.config_key][1]]
+
+
+def _alone_rank(timed_beside: int | None) -> int:
+    """2 for a timing alone, 1 when unknown, 0 beside other processes."""
+    return 1 if timed_beside is None else 2 if timed_beside == 0 else 0
+
+
+def random_folds(keys: Sequence, n_folds: int = N_FOLDS, seed: int = 0) -> list[set]:
+    """``n_folds`` disjoint sets of config keys covering ``keys``, seeded-random."""
+    shuffled = sorted(keys)
+    random.Random(seed).shuffle(shuffled)
+    n_folds = max(2, min(n_folds, len(shuffled)))
+    return [set(shuffled[i::n_folds]) for i in range(n_folds)]
+
+
+def extrapolation_split(keys: Sequence, size_of) -> tuple[set, set]:
+    """(train, test): the largest ``EXTRAPOLATION_FRACTION`` of configs by ``size_of`` held out."""
+    ordered = sorted(keys, key=lambda k: (size_of(k), k))
+    n_test = max(1, round(len(ordered) * EXTRAPOLATION_FRACTION))
+    return set(ordered[:-n_test]), set(ordered[-n_test:])
+
+
+def _fit(kind: str, op: OpDef, direction: str, device: DeviceSpec,
+         train: list[Sample]) -> OpPredictor:
+    predictor = OpPredictor(op.name, direction, kind, make_predictor(kind, device, op, direction))
+    X = predictor.feature_matrix((s.dtype, dict(s.params)) for s in train)
+    predictor.estimator.fit(X, np.array([s.seconds for s in train]))
+    return predictor
+
+
+def _score(predictor: OpPredictor, test: list[Sample]) -> tuple[np.ndarray, np.ndarray]:
+    """(predicted, measured) seconds of ``test``."""
+    X = predictor.feature_matrix((s.dtype, dict(s.params)) for s in test)
+    pred = predictor.estimator.predict(X)
+    return pred, np.array([s.seconds for s in test])
+
+
+def measured_noise_floor(samples: list[Sample]) -> tuple[float | None, int]:
+    """GMAE between the first two measurements of each config, and the pair count."""
+    by_config: dict[tuple, list[Sample]] = {}
+    for s in sorted(samples, key=lambda s: (s.run_id, s.replicate)):
+        by_config.setdefault(s.config_key, []).append(s)
+    pairs = [(v[0].seconds, v[1].seconds) for v in by_config.values() if len(v) >= 2]
+    if not pairs:
+        return None, 0
+    a, b = np.array(pairs).T
+    return noise_floor(a, b), len(pairs)
+
+
+def between_runs_noise_floor(samples: list[Sample]) -> float | None:
+    """GMAE between each config's first replicate in the first and in the last
+    run that measured it; None when no config was measured in two runs."""
+    by_config: dict[tuple, dict[str, float]] = {}
+    for s in samples:
+        if s.replicate == 0:
+            by_config.setdefault(s.config_key, {})[s.run_id] = s.seconds
+    pairs = [(runs[min(runs)], runs[max(runs)]) for runs in by_config.values() if len(runs) >= 2]
+    if not pairs:
+        return None
+    a, b = np.array(pairs).T
+    return noise_floor(a, b)
+
+
+#: Random-split GMAE within this of the best counts as a tie (fraction).
+SELECTION_TIE = 0.02
+
+
+def choose_kind(candidates: Mapping[str, Mapping[str, float]]) -> tuple[str, str]:
+    """The predictor kind to keep and why: the lowest random-split GMAE; among
+    kinds within :data:`SELECTION_TIE` of it, the lowest extrapolation GMAE.
+
+    The random split is where the E2E workloads' shapes mostly fall (their
+    shapes are inside the sweep's ranges); extrapolation breaks ties. An
+    earlier rule minimised the mean of the two, and on ``embedding_bag``
+    backward, where every kind extrapolates at 100-300% GMAE, it picked a
+    regressor 20 points worse on the random split, which then mispredicted a
+    DLRM's embedding backward by 4x (measured on cpu-amd-epyc-2c, 2026-11-22).
+    """
+    best = min(v["gmae"] for v in candidates.values())
+    tied = [k for k, v in candidates.items() if v["gmae"] <= best + SELECTION_TIE]
+    chosen = min(tied, key=lambda k: (candidates[k]["gmae_extrapolation"],
+                                      candidates[k]["gmae"]))
+    ranked = ", ".join(f"{k} {v['gmae']:.1%} (extrap {v['gmae_extrapolation']:.1%})"
+                       for k, v in sorted(candidates.items(), key=lambda kv: kv[1]["gmae"]))
+    return chosen, (f"lowest random-split GMAE, ties within {SELECTION_TIE:.0%} broken by "
+                    f"extrapolation GMAE: {ranked}")
+
+
+def fit_op(op_name: str, direction: str, samples: list[Sample], device: DeviceSpec,
+           kinds: Sequence[str] | None = None) -> tuple[OpPredictor, OpAccuracy]:
+    """Score every predictor kind on held-out configs, keep the best (see
+    :func:`choose_kind`), refit it on all configs. Each config's newest run is
+    what is fitted and scored (:func:`newest_per_config`); the older runs give
+    the between-runs noise floor."""
+    op = get_op(op_name)
+    all_samples, samples = samples, newest_per_config(samples)
+    keys = sorted({s.config_key for s in samples})
+    if len(keys) < MIN_CONFIGS:
+        raise ValueError(f"{op_name}.{direction}: {len(keys)} distinct configs measured, "
+                         f"need at least {MIN_CONFIGS} to fit and hold some out")
+
+    def subset(chosen_keys: set) -> list[Sample]:
+        return [s for s in samples if s.config_key in chosen_keys]
+
+    folds = random_folds(keys)
+    size = {k: op.flops(dict(k[1]), direction) for k in keys}
+    ex_train_keys, ex_test_keys = extrapolation_split(keys, size.__getitem__)
+    candidates: dict[str, dict[str, float]] = {}
+    kinds = list(kinds or candidate_kinds(op, direction))
+    if len(keys) < (MIN_CONFIGS_FOR_CURVES if op.family == "collective" else MIN_CONFIGS_FOR_ML):
+        kinds = [k for k in kinds if k in ("roofline", "embedding_analytic")] or kinds[:1]
+    for kind in kinds:
+        scored = [_score(_fit(kind, op, direction, device, subset(set(keys) - fold)),
+                         subset(fold)) for fold in folds]
+        pred = np.concatenate([p for p, _ in scored])
+        meas = np.concatenate([m for _, m in scored])
+        ex_pred, ex_meas = _score(_fit(kind, op, direction, device, subset(ex_train_keys)),
+                                  subset(ex_test_keys))
+        candidates[kind] = {"gmae": gmae(pred, meas), "mape": mape(pred, meas),
+                            "max_error": max_abs_rel_error(pred, meas),
+                            "gmae_extrapolation": gmae(ex_pred, ex_meas)}
+    chosen, reason = choose_kind(candidates)
+    final = _fit(chosen, op, direction, device, samples)
+    floor, n_pairs = measured_noise_floor(samples)
+    best = candidates[chosen]
+    sizes = [op.size(dict(s.params), s.dtype, direction) for s in samples]
+    accuracy = OpAccuracy(op_name, direction, len(keys), len(samples), chosen, reason,
+                          best["gmae"], best["mape"], best["max_error"],
+                          best["gmae_extrapolation"], floor, n_pairs, candidates,
+                          between_runs_noise_floor(all_samples),
+                          max(f for f, _ in sizes), max(b for _, b in sizes))
+    return final, accuracy
+
+
+def _same_host_setup(record: dict, device: DeviceSpec, allocator: str | None) -> bool:
+    """Whether ``record`` was measured with ``device``'s thread count, with the
+    cache state its op is now timed in on that CPU (:meth:`OpDef.cpu_flush_bytes`;
+    records from before an op turned cold are hot ones) and, when ``allocator``
+    is given, under that host allocator policy (or they do not matter: off a
+    CPU, and for collectives, whose ranks share the host whatever they run).
+    Off a CPU, hot records timed as the host issued the calls (timer
+    ``cuda_event``, before :class:`~perfmodel.measure.timer.Timer` queued them behind a
+    device hold) are left out: they timed the launches, up to 31x the kernels'
+    time on an H200."""
+    measurement = record.get("measurement")
+    if device.kind != "cpu":
+        return not (isinstance(measurement, dict) and measurement.get("timer") == "cuda_event"
+                    and measurement.get("cache", "hot") == "hot")
+    try:
+        op = get_op(record["op"])
+    except (KeyError, ValueError):
+        op = None
+    if op is not None and op.family == "collective":
+        return True
+    cache = measurement.get("cache", "hot") if isinstance(measurement, dict) else "hot"
+    if op is not None and cache != ("cold" if op.cpu_flush_bytes(device.llc_bytes) else "hot"):
+        return False
+    if allocator is not None and record_allocator(record) != allocator:
+        return False
+    threads = record.get("env", {}).get("threads")
+    return device.threads is None or threads is None or threads == device.threads
+
+
+def fit_predictors(records: Iterable[dict], device: DeviceSpec,
+                   only: Iterable[tuple[str, str]] | None = None,
+                   allocator: str | None = None) -> FitReport:
+    """Fit and score every (op, direction) found in ``records`` (or just ``only``),
+    on each config's newest measurements (:func:`newest_per_config`).
+
+    On a CPU, records measured with another torch thread count than ``device``'s
+    (e.g. by the single-thread ranks of a sharded sweep on one host) time a
+    different machine and are left out, and so are records whose cache state is
+    not the one the op is now timed in and, when ``allocator`` is given, records
+    measured under another host allocator policy
+    (:mod:`perfmodel.measure.allocator`); collectives, whose ranks always share the host,
+    are kept.
+    """
+    report = FitReport(threads=device.threads if device.kind == "cpu" else None)
+    grouped = samples_from_records(r for r in records
+                                   if _same_host_setup(r, device, allocator))
+    wanted = set(only) if only is not None else set(grouped)
+    for key in sorted(wanted):
+        samples = grouped.get(key, [])
+        try:
+            report.predictors[key], report.accuracy[key] = fit_op(*key, samples, device)
+        except ValueError as exc:
+            report.skipped[key] = str(exc)
+    report.host_speed = HostSpeed.median_of(
+        [s.host_speed for key in report.predictors for s in newest_per_config(grouped[key])
+         if s.host_speed is not None])
+    return report
+
+
+def fit_run_ids(records: Iterable[dict], device: DeviceSpec,
+                allocator: str | None = None) -> list[str]:
+    """Run ids of the measurement records :func:`fit_predictors` would train
+    on for ``device`` and ``allocator`` (those of its thread count and allocator
+    policy, and collectives), sorted."""
+    return sorted({str(r.get("run_id")) for r in records
+                   if r.get("kind") == "measurement" and _same_host_setup(r, device, allocator)})
+
+
+# -- persistence -------------------------------------------------------------------
+
+INDEX_SCHEMA = 1
+
+
+def save_fit(report: FitReport, store: ResultStore, run_id: str,
+             data_runs: Iterable[str] = ()) -> Path:
+    """Write the fitted predictors and their accuracy under ``predictors/<run_id>/``;
+    ``data_runs`` names the run files the fit was trained on. The index records
+    ``report.threads``, so that :func:`load_latest_fit` can ask for a thread count."""
+    folder = store.predictors_dir / run_id
+    entries = []
+    for (op, direction), predictor in sorted(report.predictors.items()):
+        stem = f"{op}-{direction}"
+        save_predictor(predictor.estimator, folder / stem)
+        entries.append({"op": op, "direction": direction, "kind": predictor.kind, "stem": stem,
+                        "candidate_kinds": list(candidate_kinds(get_op(op), direction)),
+                        "accuracy": asdict(report.accuracy[(op, direction)])})
+    write_json_atomic(folder / "index.json", {"schema": INDEX_SCHEMA, "run_id": run_id,
+                                              "device_key": store.device_key,
+                                              "data_runs": sorted(data_runs),
+                                              "threads": report.threads,
+                                              "host_speed": None if report.host_speed is None
+                                              else report.host_speed.to_dict(),
+                                              "entries": entries})
+    return folder
+
+
+def load_fit(folder: Path) -> FitReport:
+    """Read a folder written by :func:`save_fit`; ValueError naming the file otherwise."""
+    index_path = folder / "index.json"
+    try:
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{index_path}: cannot read predictor index ({exc})") from None
+    if not isinstance(index, dict) or index.get("schema") != INDEX_SCHEMA:
+        raise ValueError(f"{index_path}: not a perfmodel predictor index of schema {INDEX_SCHEMA}")
+    runs = index.get("data_runs", [])
+    if not isinstance(runs, list) or not all(isinstance(r, str) for r in runs):
+        raise ValueError(f"{index_path}: 'data_runs' must be a list of run ids")
+    threads = index.get("threads")
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool)
+                                or threads < 1):
+        raise ValueError(f"{index_path}: 'threads' must be null or an int >= 1, got {threads!r}")
+    speed = index.get("host_speed")
+    report = FitReport(data_runs=tuple(runs), threads=threads,
+                       host_speed=None if speed is None else HostSpeed.from_dict(
+                           speed, f"{index_path}: 'host_speed'"))
+    entries = index.get("entries", [])
+    if not isinstance(entries, list):
+        raise ValueError(f"{index_path}: 'entries' must be a list of predictor entries")
+    for entry in entries:
+        try:
+            key = (entry["op"], entry["direction"])
+            kind, stem = entry["kind"], entry["stem"]
+            get_op(key[0])
+            if kind not in PREDICTOR_KINDS or not isinstance(stem, str) or "/" in stem:
+                raise ValueError(f"bad kind {kind!r} or file stem {stem!r}")
+            report.accuracy[key] = OpAccuracy(**entry["accuracy"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{index_path}: bad entry {entry!r} ({exc})") from None
+        estimator = load_predictor(folder / stem)
+        stale = (_stale_features(kind, *key, estimator)
+                 or _stale_candidates(key, entry.get("candidate_kinds")))
+        if stale:
+            report.skipped[key] = stale
+            report.stale += (key,)
+            del report.accuracy[key]
+            continue
+        report.predictors[key] = OpPredictor(*key, kind, estimator)
+    return report
+
+
+def _stale_features(kind: str, op_name: str, direction: str, estimator) -> str | None:
+    """Why a loaded predictor cannot price ``op_name`` any more (its op gained a
+    param since the fit: the feature rows are longer), or None."""
+    op = get_op(op_name)
+    sample = op.configs("smoke")[0]
+    expected = len(features(kind, op, direction, op.dtypes[0], sample))
+    fitted = getattr(estimator, "n_features_in_", expected)
+    if fitted == expected:
+        return None
+    return (f"{op_name}.{direction}: fitted on {fitted} features, the op now has {expected} "
+            f"(its params changed); re-run `pytest suites/ -m microbench` to refit")
+
+
+def _stale_candidates(key: tuple[str, str], fitted_with) -> str | None:
+    """Why a loaded predictor was chosen among other candidate kinds than
+    :func:`candidate_kinds` offers now (a kind was added or dropped since the
+    fit, or the fit predates this record), or None."""
+    now = list(candidate_kinds(get_op(key[0]), key[1]))
+    if fitted_with == now:
+        return None
+    was = ", ".join(map(str, fitted_with)) if isinstance(fitted_with, list) else "not recorded"
+    return (f"{key[0]}.{key[1]}: chosen among other predictor kinds ({was}) than today's "
+            f"({', '.join(now)}); the next `pytest -m accuracy` or `-m e2e` session refits")
+
+
+def load_latest_fit(store: ResultStore, threads: int | None = None
+                    ) -> tuple[FitReport | None, list[str]]:
+    """The newest loadable fit of ``store`` and the problems met on the way.
+
+    With ``threads``, the newest fit trained on CPU measurements taken with that
+    many torch threads; fits saved without a thread count never match it."""
+    problems: list[str] = []
+    if not store.predictors_dir.is_dir():
+        return None, problems
+    for folder in sorted(store.predictors_dir.iterdir(), reverse=True):
+        if not folder.is_dir():
+            continue
+        try:
+            fit = load_fit(folder)
+        except ValueError as exc:
+            problems.append(str(exc))
+            continue
+        if threads is None or fit.threads == threads:
+            return fit, problems
+    return None, problems
+
+
+def current_fit(store: ResultStore, device: DeviceSpec, run_id: str
+                ) -> tuple[FitReport | None, list[str]]:
+    """The fit that predicts for ``device`` now, and the problems met loading
+    the stored data: the newest stored fit of its thread count when it was
+    trained on exactly the run files that qualify now (:func:`fit_run_ids`, at
+    this process's allocator policy) and none of its predictors is stale (so
+    repeated E2E runs predict with the same model); otherwise, after new
+    measurements say, a fresh fit of every qualifying record, saved as
+    ``run_id``'s. With no qualifying measurements, the newest fit of that thread
+    count (None when there is none)."""
+    from perfmodel.measure.allocator import allocator_policy
+
+    loaded = store.load("measurement")
+    latest, problems = load_latest_fit(store, threads=device.threads)
+    allocator = allocator_policy()
+    runs = fit_run_ids(loaded.records, device, allocator)
+    if runs and (latest is None or list(latest.data_runs) != runs or latest.stale):
+        fit = fit_predictors(loaded.records, device, allocator=allocator)
+        fit.data_runs = tuple(runs)
+        save_fit(fit, store, run_id, runs)
+        return fit, loaded.problems + problems
+    return latest, loaded.problems + problems

@@ -1,0 +1,1 @@
+"""Measuring: the timer, one op's benchmark, collectives, host probes (allocator, drift, contention)."""

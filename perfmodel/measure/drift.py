@@ -1,0 +1,256 @@
+"""How far the host's speed moves over minutes: the floor under accuracy figures.
+
+Two back-to-back replicates of a microbenchmark agree to 1-3% (the accuracy
+table's ``noise`` column), but on a shared VM the speed of the whole host moves
+over seconds and minutes, and a sweep, a fit and an E2E measurement taken
+minutes apart see different hosts. :func:`probe` times two reference ops, a
+512x512x512 fp32 ``addmm`` (compute) and a 16M-element fp32 ``copy`` (memory:
+2 x 64 MiB into a preallocated tensor, beyond the last-level cache of the CPUs
+this project runs on), built from their op definitions, every ``interval_s``
+for ``seconds``: each sample is the median of ``calls`` calls. :func:`summarise`
+gives per op the min, median and max sample, max/min, and the GMAE of the
+samples against their median: the error a perfect predictor, fitted at one
+moment, shows at another.
+
+The same reference ops put a figure on that move where a prediction needs it.
+A microbench session stores the host's speed (:class:`HostSpeed`, timed alone:
+once a minute, or once before a sweep sharded over ranks) in its measurement
+records, a fit keeps the median over its training records, and a multi-rank
+E2E run, which prices its ranks with a fit measured earlier, times the
+reference ops again and moves each op's fitted time by the ratio
+(:class:`HostDrift`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+from perfmodel.fit.metrics import gmae
+
+#: Reference ops: (op name, config) of a compute-bound and a memory-bound call.
+#: The memory reference was a 4M-element ``add`` (3 x 16 MiB) until 2026-11-26: on
+#: cpu-amd-epyc-f25m1-2c (32 MiB LLC) it read 1.46-1.84 ms in fresh processes
+#: and 0.70-0.79 of a fit's median at rank 0 of a multi-rank run, as much of it
+#: served from the cache as the cache's last contents allowed. Over 47
+#: multi-rank runs, a measured iteration's ratio to its prediction at the fit's
+#: speed followed the ``addmm``'s drift (coefficient 0.70-1.51 in log terms) and
+#: hardly the ``add``'s (0.07-0.17). The ``copy`` of 2 x 64 MiB streams from
+#: memory: 6.96-7.46 ms in six fresh processes.
+REFERENCE = {"addmm": ("addmm", {"M": 512, "N": 512, "K": 512}),
+             "copy": ("copy", {"ELEMS": 1 << 24})}
+#: The reference set before 2026-11-26, readable in stored records and fits but
+#: not comparable with :data:`REFERENCE` (:meth:`HostSpeed.comparable`).
+LEGACY_REFERENCE = {"addmm": ("addmm", {"M": 512, "N": 512, "K": 512}),
+                    "add": ("add", {"ROWS": 2048, "COLS": 2048})}
+
+
+@dataclass(frozen=True)
+class DriftSample:
+    """Median seconds per call of each reference op, ``t_s`` seconds into the probe."""
+
+    t_s: float
+    seconds: dict[str, float]
+
+
+@dataclass(frozen=True)
+class DriftSummary:
+    """One reference op over a probe (seconds; ``gmae`` a fraction)."""
+
+    op: str
+    n: int
+    min_s: float
+    median_s: float
+    max_s: float
+    ratio: float  # max / min
+    gmae: float  # of the samples against their median
+
+
+def reference_runners(device: str = "cpu") -> dict[str, Callable[[], object]]:
+    """The :data:`REFERENCE` ops' fp32 forward callables on ``device``."""
+    from perfmodel.ops import get_op
+
+    return {name: get_op(op).make_runner(params, "float32", "forward", device)
+            for name, (op, params) in REFERENCE.items()}
+
+
+def probe(seconds: float, interval_s: float = 0.5, calls: int = 20,
+          runners: dict[str, Callable[[], object]] | None = None,
+          clock: Callable[[], float] = time.perf_counter,
+          sleep: Callable[[float], object] = time.sleep,
+          progress: Callable[[DriftSample], object] = lambda sample: None) -> list[DriftSample]:
+    """Sample the reference ops (``runners``, default :func:`reference_runners`)
+    until ``seconds`` have passed, pausing ``interval_s`` between samples; at
+    least two samples. ``progress`` sees each sample as it is taken."""
+    if not seconds > 0 or interval_s < 0 or calls < 1:
+        raise ValueError(f"need seconds > 0, interval >= 0 and calls >= 1, got {seconds}, "
+                         f"{interval_s} and {calls}")
+    runners = runners if runners is not None else reference_runners()
+    for fn in runners.values():  # warm up: first calls pay one-off costs
+        fn()
+    start = clock()
+    out: list[DriftSample] = []
+    while len(out) < 2 or clock() - start < seconds:
+        medians = _medians(runners, calls, clock)
+        out.append(DriftSample(clock() - start, medians))
+        progress(out[-1])
+        if interval_s:
+            sleep(interval_s)
+    return out
+
+
+def _medians(runners: dict[str, Callable[[], object]], calls: int,
+             clock: Callable[[], float]) -> dict[str, float]:
+    """Median seconds of ``calls`` timed calls of each runner."""
+    medians = {}
+    for name, fn in runners.items():
+        times = []
+        for _ in range(calls):
+            t0 = clock()
+            fn()
+            times.append(clock() - t0)
+        medians[name] = statistics.median(times)
+    return medians
+
+
+def summarise(samples: list[DriftSample]) -> list[DriftSummary]:
+    """Per reference op: see :class:`DriftSummary`. ValueError for no samples."""
+    if not samples:
+        raise ValueError("no drift samples to summarise")
+    out = []
+    for op in samples[0].seconds:
+        values = [s.seconds[op] for s in samples]
+        median = statistics.median(values)
+        out.append(DriftSummary(op, len(values), min(values), median, max(values),
+                                max(values) / min(values), gmae(values, [median] * len(values))))
+    return out
+
+
+def drift_record(samples: list[DriftSample], device_key: str, env: dict,
+                 interval_s: float, calls: int) -> dict:
+    """The JSON record of a probe (``results/<device-key>/drift/<run-id>.json``)."""
+    return {"kind": "drift", "device_key": device_key, "interval_s": interval_s,
+            "calls": calls, "reference": {k: {"op": op, "config": cfg}
+                                          for k, (op, cfg) in REFERENCE.items()},
+            "summary": [asdict(s) for s in summarise(samples)],
+            "samples": [asdict(s) for s in samples], "env": env}
+
+
+# -- the host's speed beside a fit ------------------------------------------------
+
+#: Timed calls of each reference op per round of a :func:`measure_host_speed`
+#: sample, and rounds per sample (the sample is the median round per op): one
+#: round alone once gave 7.0 ms for the ``add``, against 1.7-2.1 ms in every
+#: other sample on cpu-amd-epyc-f25m1-2c.
+SPEED_CALLS = 10
+SPEED_ROUNDS = 3
+#: A microbench session re-measures the host's speed when its last sample is
+#: older than this (s): about 0.5 s a minute.
+SPEED_INTERVAL_S = 60.0
+
+
+@dataclass(frozen=True)
+class HostSpeed:
+    """The host's speed at one moment: median seconds per call of each
+    :data:`REFERENCE` op (``addmm``: compute, ``copy``: memory), at the torch
+    thread count of the process that measured it. One read from a record of an
+    earlier version may hold the :data:`LEGACY_REFERENCE` set instead.
+
+    A microbench session stores its latest sample in every measurement record
+    (``host_speed``) and a fit keeps the median over the records it was trained
+    on (:attr:`perfmodel.fit.fitting.FitReport.host_speed`), so that an E2E run can
+    tell how much faster or slower the host is than when the fit's timings were
+    taken (:class:`HostDrift`)."""
+
+    seconds: dict[str, float]
+
+    def to_dict(self) -> dict[str, float]:
+        return dict(self.seconds)
+
+    @property
+    def comparable(self) -> bool:
+        """Whether this speed was taken with the current :data:`REFERENCE` ops
+        (False for the :data:`LEGACY_REFERENCE` set)."""
+        return set(self.seconds) == set(REFERENCE)
+
+    @classmethod
+    def from_dict(cls, data: object, where: str) -> "HostSpeed":
+        """Read :meth:`to_dict`'s form (the current reference ops or the legacy
+        set); ValueError naming ``where`` otherwise."""
+        if not isinstance(data, dict) or set(data) not in (set(REFERENCE),
+                                                           set(LEGACY_REFERENCE)) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1e3
+                for v in data.values()):
+            raise ValueError(f"{where}: host_speed must map {sorted(REFERENCE)} to seconds "
+                             f"> 0, got {data!r}")
+        return cls({k: float(v) for k, v in data.items()})
+
+    @classmethod
+    def median_of(cls, speeds: list["HostSpeed"]) -> "HostSpeed | None":
+        """Per reference op, the median over ``speeds`` taken with the current
+        :data:`REFERENCE` ops where any is, else over all of them (each of the
+        :data:`LEGACY_REFERENCE` set; None for none)."""
+        if not speeds:
+            return None
+        chosen = [s for s in speeds if s.comparable] or speeds
+        return cls({op: statistics.median(s.seconds[op] for s in chosen)
+                    for op in chosen[0].seconds})
+
+
+def measure_host_speed(runners: dict[str, Callable[[], object]] | None = None,
+                       calls: int = SPEED_CALLS, rounds: int = SPEED_ROUNDS,
+                       clock: Callable[[], float] = time.perf_counter) -> HostSpeed:
+    """One :class:`HostSpeed` sample: a warm-up call, then ``rounds`` rounds of
+    ``calls`` timed calls of each reference op (``runners``, default
+    :func:`reference_runners`); per op, the median round of the per-round
+    medians. About 0.5 s at one thread (a ``copy`` 7 ms, an ``addmm`` 2.9 ms
+    per call on cpu-amd-epyc-f25m1-2c)."""
+    runners = runners if runners is not None else reference_runners()
+    for fn in runners.values():
+        fn()
+    return HostSpeed.median_of([HostSpeed(_medians(runners, calls, clock))
+                                for _ in range(rounds)])
+
+
+@dataclass(frozen=True)
+class HostDrift:
+    """How much slower than at its fit's measurements an op runs now.
+
+    ``compute`` and ``memory`` are the reference ``addmm``'s and ``copy``'s
+    seconds now over their seconds in the fit's :class:`HostSpeed` (> 1: the
+    host is slower now). An op predicted at t seconds takes
+    t x ((1 - s) x compute + s x memory), where s is the share of t its bytes
+    take at ``bandwidth_Bps`` (B/s; :func:`perfmodel.measure.contention.memory_share`)."""
+
+    compute: float
+    memory: float
+    bandwidth_Bps: float
+
+    def __post_init__(self):
+        if not (self.compute > 0 and self.memory > 0 and self.bandwidth_Bps > 0):
+            raise ValueError(f"bad host drift figures: {self}")
+
+    @classmethod
+    def between(cls, now: HostSpeed, fit: HostSpeed,
+                bandwidth_Bps: float) -> "HostDrift | None":
+        """The drift from the fit's speed ``fit`` to ``now``; None when either
+        was taken with other reference ops than :data:`REFERENCE` (a fit whose
+        records predate them: refit to track the host's speed)."""
+        if not (now.comparable and fit.comparable):
+            return None
+        return cls(now.seconds["addmm"] / fit.seconds["addmm"],
+                   now.seconds["copy"] / fit.seconds["copy"], bandwidth_Bps)
+
+    def seconds(self, op: str, params: dict[str, int], dtype: str, direction: str,
+                fit_s: float) -> float:
+        """Seconds of ``op`` now, predicted ``fit_s`` by the fit."""
+        from perfmodel.measure.contention import memory_share, op_bytes_moved
+
+        share = memory_share(op_bytes_moved(op, params, dtype, direction), fit_s,
+                             self.bandwidth_Bps)
+        return fit_s * ((1.0 - share) * self.compute + share * self.memory)
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,1 @@
+"""From a task graph and per-op predictions to an iteration time."""

@@ -1,0 +1,203 @@
+"""Predict an iteration from its task graph: op predictors + overhead table + simulator.
+
+Op predictions are made in one batched call per (op, direction, dtype), not
+one per node. On a CPU device an op task's host time is its predicted time;
+on CUDA the prediction is device time, split over the op's kernels in the
+proportions the trace measured, and the host time of the op is its launch
+overheads (T2.launch + n·T4 + (n-1)·T5 + T3.launch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, NamedTuple
+
+from perfmodel.trace.graph import Graph, Task
+from perfmodel.ops import OPS
+from perfmodel.simulate.walk import COMM_STREAM, SimResult, SimTask, simulate
+
+if TYPE_CHECKING:  # type hints only: the plugin imports parse_bias at start-up
+    from perfmodel.trace.overheads import OverheadTable
+
+
+@dataclass
+class Prediction:
+    """A predicted iteration: total (s), breakdown by category (s), what was
+    not modelled, and the simulation itself."""
+
+    total_s: float
+    breakdown_s: dict[str, float]
+    sim: SimResult
+    unmodelled: list[tuple[str, int, float | None]] = field(default_factory=list)
+    no_predictor: dict[str, int] = field(default_factory=dict)
+    n_tasks: int = 0
+    #: ``op.direction`` -> (calls, largest ratio) of op calls predicted beyond
+    #: their fit's configs (see :func:`beyond_fit`); None when the fit does not say
+    beyond_fit: dict[str, tuple[int, float]] | None = None
+
+
+def op_predictions(tasks: list[Task], fit) -> tuple[list[float | None], dict[str, int]]:
+    """Predicted seconds per task (None where no fitted predictor exists), in one
+    batched predictor call per (op, direction, dtype); and the count of op
+    tasks per ``op.direction`` that had no predictor."""
+    out: list[float | None] = [None] * len(tasks)
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    for i, task in enumerate(tasks):
+        if task.kind == "op":
+            groups.setdefault((task.op, task.direction, task.dtype), []).append(i)
+    missing: dict[str, int] = {}
+    for (op, direction, dtype), indices in groups.items():
+        try:
+            predictor = fit.predictor(op, direction)
+        except LookupError:
+            missing[f"{op}.{direction}"] = missing.get(f"{op}.{direction}", 0) + len(indices)
+            continue
+        values = predictor.predict(dtype, [tasks[i].params for i in indices])
+        for i, value in zip(indices, values):
+            out[i] = max(0.0, float(value))
+    return out, missing
+
+
+#: An op call needing this many times the FLOPs (or bytes) of the largest config
+#: its predictor was fitted on is reported as predicted beyond the fit.
+BEYOND_FIT_FACTOR = 4.0
+
+
+def beyond_fit(tasks: list[Task], fit, factor: float = BEYOND_FIT_FACTOR
+               ) -> dict[str, tuple[int, float]] | None:
+    """Per ``op.direction``, (calls, largest ratio) of the op tasks that need
+    more than ``factor`` times the FLOPs or bytes of the largest config their
+    predictor was fitted on (:meth:`perfmodel.fit.fitting.OpAccuracy.beyond`): the
+    fit extrapolates there. None when no op task's predictor recorded its range
+    (fits saved before it was recorded)."""
+    accuracy = getattr(fit, "accuracy", {})
+    out: dict[str, tuple[int, float]] = {}
+    known = False
+    for task in tasks:
+        acc = accuracy.get((task.op, task.direction)) if task.kind == "op" else None
+        ratio = acc.beyond(task.params, task.dtype) if acc is not None else None
+        known = known or ratio is not None
+        if ratio is not None and ratio > factor:
+            key = f"{task.op}.{task.direction}"
+            n, worst = out.get(key, (0, 0.0))
+            out[key] = (n + 1, max(worst, ratio))
+    return out if known else None
+
+
+def furthest_beyond(beyond: dict[str, tuple[int, float]] | None, n: int = 4
+                    ) -> list[tuple[str, tuple[int, float]]]:
+    """The ``n`` entries of a :func:`beyond_fit` result furthest beyond the fit,
+    furthest first (none for None)."""
+    return sorted((beyond or {}).items(), key=lambda kv: -kv[1][1])[:n]
+
+
+def parse_bias(spec: str) -> dict[str, float]:
+    """``"linear=1.1,overhead=1.05"`` -> ``{"linear": 1.1, "overhead": 1.05}``.
+
+    Keys are an op (``linear``), an op and direction (``linear.backward``) or
+    ``overhead`` (host gaps and unmodelled nodes); values are factors > 0.
+    ValueError naming the bad part otherwise."""
+    out = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        key, sep, value = part.partition("=")
+        op, _, direction = key.partition(".")
+        known = key == "overhead" or (op in OPS and direction in ("", *OPS[op].directions))
+        try:
+            factor = float(value)
+        except ValueError:
+            factor = -1.0
+        if not sep or not known or not factor > 0:
+            raise ValueError(f"bad bias {part!r}: expected <op>[.<direction>]=<factor> or "
+                             f"overhead=<factor>, with a known op and a factor > 0")
+        out[key] = factor
+    return out
+
+
+class CommPrice(NamedTuple):
+    """A collective's predicted seconds: on the communication stream with the
+    host idle (``wall_s``), of host CPU (``cpu_s``; None: all of ``wall_s``),
+    and with the host computing throughout (``loaded_s``; None: ``wall_s``).
+    See :mod:`perfmodel.simulate.walk`."""
+
+    wall_s: float
+    cpu_s: float | None = None
+    loaded_s: float | None = None
+
+
+#: The categories of the :class:`SimTask` s that :func:`sim_tasks` makes of
+#: anything but an op (ops take their family's).
+NON_OP_CATEGORIES = ("host overhead", "communication", "unmodelled")
+
+
+def sim_tasks(graph: Graph, fit, table: OverheadTable, on_device: bool,
+              bias: dict[str, float] | None = None,
+              comm: Callable[[str, dict[str, int]], CommPrice] | None = None,
+              host_op_s: Callable[[Task, float], float] | None = None
+              ) -> tuple[list[SimTask], dict[str, int]]:
+    """The :class:`SimTask` list of ``graph``: op tasks priced by ``fit``, the rest
+    by ``table``. ``on_device``: the ops run as kernels on a CUDA device.
+    ``bias`` (see :func:`parse_bias`) scales predictions: a planted error, to
+    check that the gate catches it. ``comm(op, params)`` prices a collective
+    (:class:`CommPrice`); its issue costs the host the table's line for its
+    name at 0 bytes.
+    Without ``comm`` a collective is priced as an unmodelled node.
+    ``host_op_s(task, seconds)`` turns an op's predicted seconds on the host
+    (not on a device) into those it takes where it runs (e.g. beside other
+    ranks: :class:`perfmodel.measure.contention.Contention`)."""
+    bias = bias or {}
+    predicted, missing = op_predictions(graph.tasks, fit)
+    host_factor = bias.get("overhead", 1.0)
+    out = []
+    for task, value in zip(graph.tasks, predicted):
+        if value is not None:
+            value *= bias.get(f"{task.op}.{task.direction}", bias.get(task.op, 1.0))
+        if task.kind == "overhead":
+            out.append(SimTask(task.name, "host overhead", host_factor * table.gap(task.name),
+                               region=task.region))
+        elif task.kind == "covered":
+            continue
+        elif task.kind == "collective" and comm is not None:
+            price = comm(task.op, task.params)
+            out.append(SimTask(task.op, "communication",
+                               host_factor * table.leaf_cost(task.name, 0.0),
+                               kernels=[(COMM_STREAM, price.wall_s)],
+                               inputs=task.inputs, outputs=task.outputs, sync=task.sync,
+                               region=task.region, collective=True, cpu_s=price.cpu_s,
+                               loaded_s=price.loaded_s))
+        elif task.kind == "op" and value is not None:
+            if on_device and task.kernels:
+                out.append(_device_task(task, value, table))
+            else:
+                if host_op_s is not None:
+                    value = host_op_s(task, value)
+                out.append(SimTask(f"{task.op}.{task.direction}", task.family, value,
+                                   inputs=task.inputs, outputs=task.outputs, sync=task.sync,
+                                   region=task.region))
+        else:  # unmodelled, or an op without a fitted predictor
+            out.append(SimTask(task.name, "unmodelled",
+                               host_factor * table.leaf_cost(task.name, task.bytes),
+                               inputs=task.inputs, outputs=task.outputs, sync=task.sync,
+                               region=task.region))
+    return out, missing
+
+
+def _device_task(task: Task, device_s: float, table: OverheadTable) -> SimTask:
+    kernels = task.kernels
+    measured = sum(k.dur_s for k in kernels)
+    shares = [k.dur_s / measured if measured > 0 else 1 / len(kernels) for k in kernels]
+    n = len(kernels)
+    host = table.gap("T2.launch") + n * table.gap("T4") + (n - 1) * table.gap("T5") \
+        + table.gap("T3.launch")
+    return SimTask(f"{task.op}.{task.direction}", task.family, host,
+                   kernels=[(k.stream, device_s * s) for k, s in zip(kernels, shares)],
+                   inputs=task.inputs, outputs=task.outputs, sync=task.sync, region=task.region)
+
+
+def predict_graph(graph: Graph, fit, table: OverheadTable, on_device: bool = False,
+                  keep_timeline: bool = True, bias: dict[str, float] | None = None) -> Prediction:
+    """Predict the iteration of ``graph`` (``bias``: see :func:`sim_tasks`)."""
+    tasks, missing = sim_tasks(graph, fit, table, on_device, bias)
+    sim = simulate(tasks, keep_timeline=keep_timeline)
+    return Prediction(sim.total_s, dict(sorted(sim.breakdown_s.items())), sim,
+                      graph.unmodelled(), missing, len(graph.tasks),
+                      beyond_fit(graph.tasks, fit))

@@ -1,0 +1,212 @@
+"""Results store: ``results/<device-key>/``, one immutable JSON Lines file per run.
+
+Layout::
+
+    results/<device-key>/device.json            measured CPU spec (cache)
+    results/<device-key>/runs/<run-id>.jsonl    header line, then one record per line
+    results/<device-key>/predictors/<run-id>/   fitted predictors (JSON + .npz)
+    results/<device-key>/baseline-<profile>.json  E2E error baseline of a profile, for the gate
+
+A run appends and flushes each record as it is produced, so a run that dies
+loses at most the line it was writing. Readers merge every run file, and a
+corrupt, truncated or foreign file is reported by path while the rest loads.
+Only JSON is read; nothing loaded from here can execute code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+SCHEMA_VERSION = 1
+
+#: Keys every record of a given kind must carry, with their JSON types.
+_REQUIRED = {
+    "measurement": {"op": str, "direction": str, "dtype": str, "config": dict,
+                    "replicate": int, "measurement": dict, "env": dict},
+    "e2e": {"workload": str, "measured_s": float, "predicted_s": float, "error": float,
+            "env": dict},
+}
+
+
+def new_run_id() -> str:
+    """A unique, time-ordered run id such as ``20261122T051500Z-4242-9f3a``."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return f"{stamp}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+@dataclass
+class LoadResult:
+    """Records merged from every run file, and one message per problem found."""
+
+    records: list[dict] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def of_kind(self, kind: str) -> list[dict]:
+        return [r for r in self.records if r.get("kind") == kind]
+
+
+class RunWriter:
+    """Appends the records of one run to its own file, flushing each line."""
+
+    def __init__(self, path: Path, header: dict):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # "x": a run never overwrites another run's file.
+        self._file: IO[str] | None = open(path, "x", encoding="utf-8")
+        self._write(header)
+
+    def append(self, record: dict) -> None:
+        """Write ``record`` as one line and push it to disk."""
+        _validate(record, where=str(self.path))
+        self._write(record)
+
+    def _write(self, obj: dict) -> None:
+        if self._file is None:
+            raise ValueError(f"run file {self.path} is closed")
+        self._file.write(json.dumps(obj, sort_keys=True, allow_nan=False) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class ResultStore:
+    """The results of one device: ``<root>/<device_key>/``."""
+
+    def __init__(self, root: Path | str, device_key: str):
+        self.root = Path(root)
+        self.device_key = device_key
+        self.dir = self.root / device_key
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.dir / "runs"
+
+    def baseline_path(self, profile: str) -> Path:
+        """The E2E baseline of ``profile`` (workload sizes differ per profile)."""
+        return self.dir / f"baseline-{profile}.json"
+
+    @property
+    def predictors_dir(self) -> Path:
+        return self.dir / "predictors"
+
+    def open_run(self, env: dict, profile: str | None = None, run_id: str | None = None) -> RunWriter:
+        """Start a new run file; its header carries the schema version and ``env``."""
+        run_id = run_id or new_run_id()
+        header = {"kind": "header", "schema": SCHEMA_VERSION, "run_id": run_id,
+                  "device_key": self.device_key, "created_unix_s": time.time(),
+                  "profile": profile, "env": env}
+        return RunWriter(self.runs_dir / f"{run_id}.jsonl", header)
+
+    def load(self, kind: str | None = None) -> LoadResult:
+        """Merge the records of every run file (of ``kind`` when given)."""
+        result = LoadResult()
+        if not self.runs_dir.is_dir():
+            return result
+        for path in sorted(self.runs_dir.glob("*.jsonl")):
+            records, problems = read_run_file(path, self.device_key)
+            result.records.extend(r for r in records if kind is None or r["kind"] == kind)
+            result.problems.extend(problems)
+        return result
+
+
+def read_run_file(path: Path, device_key: str) -> tuple[list[dict], list[str]]:
+    """Records of one run file plus problems, each message naming ``path``.
+
+    A bad header rejects the whole file (wrong schema, foreign device); a bad
+    record line is skipped and reported, and the other lines still load.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return [], [f"{path}: unreadable ({exc})"]
+    lines = text.split("\n")
+    truncated = bool(lines) and lines[-1] != ""
+    if not text.strip():
+        return [], [f"{path}: empty file"]
+    try:
+        header = json.loads(lines[0])
+    except json.JSONDecodeError as exc:
+        return [], [f"{path}: line 1 is not JSON ({exc.msg}); not a perfmodel run file"]
+    if not isinstance(header, dict) or header.get("kind") != "header":
+        return [], [f"{path}: line 1 is not a perfmodel run header"]
+    if header.get("schema") != SCHEMA_VERSION:
+        return [], [f"{path}: schema version {header.get('schema')!r}, "
+                    f"this perfmodel reads {SCHEMA_VERSION}"]
+    if header.get("device_key") != device_key:
+        return [], [f"{path}: records device {header.get('device_key')!r}, "
+                    f"not {device_key!r}; ignored"]
+    records: list[dict] = []
+    problems: list[str] = []
+    body = lines[1:-1] if truncated else lines[1:]
+    for number, line in enumerate(body, start=2):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            _validate(record, where=f"{path}:{number}")
+        except (json.JSONDecodeError, ValueError) as exc:
+            problems.append(f"{path}:{number}: bad record skipped ({exc})")
+            continue
+        record["run_id"] = header.get("run_id")
+        record["profile"] = header.get("profile")
+        records.append(record)
+    if truncated and len(lines) > 1:
+        problems.append(f"{path}:{len(lines)}: truncated last line skipped (run interrupted?)")
+    return records, problems
+
+
+def _validate(record: object, where: str) -> None:
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: record is not a JSON object")
+    kind = record.get("kind")
+    required = _REQUIRED.get(kind) if isinstance(kind, str) else None
+    if required is None:
+        raise ValueError(f"{where}: unknown record kind {kind!r}")
+    for key, typ in required.items():
+        value = record.get(key)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) \
+            if typ is float else isinstance(value, typ) and not isinstance(value, bool)
+        if not ok:
+            raise ValueError(f"{where}: field {key!r} should be {typ.__name__}, got {value!r}")
+    # Values readers compute with: a record that loads can be fitted and gated on.
+    if kind == "measurement":
+        bad = {k: v for k, v in record["config"].items() if not _is_int(v)}
+        if bad:
+            raise ValueError(f"{where}: config values should be integers, got {bad!r}")
+        _check_seconds(record["measurement"].get("median_s"), f"{where}: measurement.median_s")
+        if record.get("host_speed") is not None:
+            from perfmodel.measure.drift import HostSpeed
+
+            HostSpeed.from_dict(record["host_speed"], f"{where}: field 'host_speed'")
+        beside = record.get("timed_beside")
+        if beside is not None and not (_is_int(beside) and beside >= 0):
+            raise ValueError(f"{where}: field 'timed_beside' should be an int >= 0, "
+                             f"got {beside!r}")
+    elif kind == "e2e":
+        _check_seconds(record["measured_s"], f"{where}: field 'measured_s'")
+        if not math.isfinite(record["predicted_s"]) or record["predicted_s"] < 0:
+            raise ValueError(f"{where}: field 'predicted_s' should be seconds >= 0, "
+                             f"got {record['predicted_s']!r}")
+
+
+def _is_int(value: object) -> bool:
+    """Whether ``value`` loaded from a file is an int (a bool is not)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_seconds(value: object, what: str) -> None:
+    """ValueError unless ``value`` is a finite number of seconds > 0."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) \
+            or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{what} should be seconds > 0, got {value!r}")

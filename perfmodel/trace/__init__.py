@@ -1,0 +1,1 @@
+"""Execution traces: capture, parse, the task graph, host overheads and named regions."""

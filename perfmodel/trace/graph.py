@@ -1,0 +1,340 @@
+"""From an execution trace to the graph the simulator walks.
+
+One iteration of a trace becomes a flat list of :class:`Task` in execution
+order. Each trace node is mapped through the op definitions
+(:mod:`perfmodel.ops`, the same ones the microbenchmarks use):
+
+- a node named in some op's ``trace_names`` whose ``params_from_node`` reads
+  a config is an **op task** (forward);
+- an autograd ``evaluate_function`` node is the **backward** of the forward op
+  whose subtree recorded the same sequence number: the first such node of an
+  op instance is an op task (``direction="backward"``; the microbenchmark
+  times autograd's whole backward of the op), later ones are **covered** by it;
+- a torch.distributed collective (a c10d node), forward or inside a backward
+  node, is a **collective task** (:func:`match_collective`);
+- a node that matches nothing but has matching descendants is opened: its
+  children are planned in its place, with host-overhead tasks between them;
+- anything else is **unmodelled**: kept as one task, named, with the bytes its
+  tensors hold, and priced by the overhead table. Nothing is dropped.
+
+Overhead tasks carry the taxonomy of :mod:`perfmodel.trace.overheads` (T1 between
+siblings, T2 from a parent's start to its first child, T3 from the last
+child to the parent's end).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from perfmodel.ops import OPS, OpDef
+from perfmodel.trace.parse import Trace, TraceNode
+
+#: ET tensor element types -> the dtype names the op definitions use.
+_DTYPES = {"float": "float32", "c10::BFloat16": "bfloat16", "c10::Half": "float16",
+           "double": "float64"}
+_AUTOGRAD_PREFIX = "autograd::engine::evaluate_function: "
+
+
+@dataclass
+class Task:
+    """One step of the simulated iteration, on the host thread.
+
+    ``kind`` is ``"op"`` (predicted by a fitted op predictor), ``"covered"``
+    (part of an earlier op task's backward; no time of its own),
+    ``"unmodelled"`` (priced by the overhead table from ``bytes``) or
+    ``"overhead"`` (a gap of the taxonomy; ``name`` is its table key) or
+    ``"collective"`` (a torch.distributed collective, forward or backward; its
+    ``outputs`` are every tensor it reads or writes).
+    ``measured_s`` is the node's duration in the trace, when timed, and
+    ``waited_s`` the part of it the host spent waiting for the device (CUDA
+    synchronize calls; see :data:`perfmodel.trace.parse.HOST_WAIT_CALLS`).
+    """
+
+    kind: str
+    name: str
+    family: str
+    op: str | None = None
+    direction: str | None = None
+    dtype: str | None = None
+    params: dict[str, int] | None = None
+    bytes: float = 0.0
+    measured_s: float | None = None
+    waited_s: float = 0.0
+    region: str | None = None
+    inputs: tuple[int, ...] = ()
+    outputs: tuple[int, ...] = ()
+    kernels: list = field(default_factory=list)  # measured Kernels (CUDA traces)
+    sync: bool = False  # the host waits for the device after this task
+    n_nodes: int = 1  # trace nodes the task spans (itself and its descendants)
+
+
+@dataclass
+class Graph:
+    """The tasks of one iteration, and what could not be mapped."""
+
+    tasks: list[Task]
+    measured_s: float | None  # the iteration's duration in the trace
+    profiler_overhead_s: float = 0.0  # the profiler's cost per recorded op (s)
+    #: the profiler's further cost per kernel launch on CUDA (s)
+    profiler_launch_overhead_s: float = 0.0
+
+    def unmodelled(self) -> list[tuple[str, int, float | None]]:
+        """``(name, count, share of the traced iteration time)`` of every
+        unmodelled node name, largest share first (share None when untimed)."""
+        counts: Counter = Counter()
+        times: Counter = Counter()
+        timed = self.measured_s is not None and self.measured_s > 0
+        for task in self.tasks:
+            if task.kind == "unmodelled":
+                counts[task.name] += 1
+                times[task.name] += task.measured_s or 0.0
+        rows = [(name, n, times[name] / self.measured_s if timed else None)
+                for name, n in counts.items()]
+        return sorted(rows, key=lambda r: (-(r[2] or 0.0), -r[1], r[0]))
+
+    def op_tasks(self) -> list[Task]:
+        return [t for t in self.tasks if t.kind == "op"]
+
+
+def _index_ops(ops: Iterable[OpDef]) -> dict[str, list[OpDef]]:
+    by_name: dict[str, list[OpDef]] = {}
+    for op in ops:
+        for name in op.trace_names:
+            by_name.setdefault(name, []).append(op)
+    return by_name
+
+
+_BY_TRACE_NAME = _index_ops(OPS.values())
+#: Op family of the torch.distributed collectives (:mod:`perfmodel.ops.collective`).
+COLLECTIVE_FAMILY = "collective"
+_COLLECTIVES = _index_ops(op for op in OPS.values() if op.family == COLLECTIVE_FAMILY)
+
+
+def node_dtype(node: TraceNode) -> str | None:
+    """The dtype of the node's first floating tensor input, as op definitions
+    name it; for a node without tensor inputs (an optimizer step's scope), that
+    of its first descendant with one."""
+    for n in node.walk():
+        for typ in n.input_types:
+            for inner in _tensor_types(str(typ)):
+                dtype = _DTYPES.get(inner)
+                if dtype is not None:
+                    return dtype
+    return None
+
+
+def _tensor_types(typ: str) -> list[str]:
+    """The element types inside ``Tensor(...)`` in an ET input type string
+    (``"GenericList[Tensor(float),Tensor(long)]"``: float, long); an unclosed
+    ``Tensor(`` ends the list."""
+    out = []
+    start = 0
+    while True:
+        i = typ.find("Tensor(", start)
+        j = typ.find(")", i) if i >= 0 else -1
+        if j < 0:
+            return out
+        out.append(typ[i + len("Tensor("):j])
+        start = j + 1
+
+
+def match_node(node: TraceNode) -> tuple[OpDef, dict[str, int], str] | None:
+    """``(op, params, dtype)`` of the first op definition that recognises the
+    forward node, or None."""
+    candidates = _BY_TRACE_NAME.get(node.name)
+    if not candidates:
+        return None
+    dtype = node_dtype(node)
+    for op in candidates:
+        if dtype not in op.dtypes:
+            continue
+        params = op.params_from_node(node)
+        if params is not None:
+            return op, {p: int(params[p]) for p in op.params}, dtype
+    return None
+
+
+def match_collective(node: TraceNode, world_size: int | None) -> tuple[OpDef, dict[str, int]] | None:
+    """``(op, params)`` of a collective node: from its ``record_param_comms``
+    (NCCL), else from the c10d node and the trace's ``world_size`` (gloo)."""
+    for op in _COLLECTIVES.get(node.name, ()):
+        params = op.params_from_node(node)
+        if params is None and world_size is not None:
+            params = op.params_from_c10d(node, world_size)
+        if params is not None:
+            return op, {p: int(params[p]) for p in op.params}
+    return None
+
+
+def tensor_bytes(node: TraceNode) -> float:
+    """Bytes of the distinct tensors among the node's inputs and outputs (B);
+    0 for a view (:attr:`TraceNode.is_view`), which moves none of them."""
+    if node.is_view:
+        return 0.0
+    sizes: dict[int, float] = {}
+    for _, storage, _, numel, elem_size, _ in node.tensors("inputs") + node.tensors("outputs"):
+        sizes[storage] = max(sizes.get(storage, 0.0), float(numel * elem_size))
+    return float(sum(sizes.values()))
+
+
+def category(name: str) -> str:
+    """Overhead category of a node: ``iteration``, ``autograd``, ``optimizer``
+    or ``op``."""
+    if name.startswith(_AUTOGRAD_PREFIX):
+        return "autograd"
+    if name.startswith("Optimizer."):
+        return "optimizer"
+    if name == "perfmodel::iteration":
+        return "iteration"
+    return "op"
+
+
+class _Planner:
+    def __init__(self, world_size: int | None = None,
+                 host_waits: list[tuple[float, float]] | None = None):
+        self.world_size = world_size
+        self.host_waits = host_waits or []
+        self.matches: dict[int, tuple | None] = {}
+        self.tasks: list[Task] = []
+        self.seq_owner: dict[int, int] = {}  # seq_id -> index of the forward op task
+        self.backward_done: set[int] = set()  # forward task indices with a backward task
+
+    def plan_children(self, parent: TraceNode, children: list[TraceNode], backward: bool,
+                      region: str | None) -> None:
+        cat = category(parent.name)
+        if not children:
+            return
+        self._gap_task(f"T2.{cat}", region, parent.ts_s, children[0].ts_s)
+        for i, child in enumerate(children):
+            if i:
+                self._gap_task(f"T1.{cat}.{category(child.name)}", region,
+                               children[i - 1].end_s, child.ts_s)
+            self.plan(child, backward, region)
+        self._gap_task(f"T3.{cat}", region, children[-1].end_s, parent.end_s)
+
+    def _gap_task(self, key: str, region: str | None, start: float | None,
+                  end: float | None) -> None:
+        self.tasks.append(Task("overhead", key, "host overhead", region=region,
+                               measured_s=_gap(start, end),
+                               waited_s=self._waited(start, end)))
+
+    def _waited(self, start: float | None, end: float | None) -> float:
+        """Seconds of ``[start, end]`` the host spent waiting for the device."""
+        if start is None or end is None:
+            return 0.0
+        return sum(max(0.0, min(end, b) - max(start, a)) for a, b in self.host_waits
+                   if a < end and b > start)
+
+    def plan(self, node: TraceNode, backward: bool, region: str | None) -> None:
+        collective = match_collective(node, self.world_size) if node.name in _COLLECTIVES \
+            else None
+        if collective is not None:
+            op, params = collective
+            task = self._task(node, "collective", op.family, region, op=op.name,
+                              direction="forward", dtype=node_dtype(node), params=params)
+            task.outputs = tuple(dict.fromkeys(task.inputs + task.outputs))
+            task.sync = _is_blocking(node)
+            self.tasks.append(task)
+            return
+        if node.name.startswith(_AUTOGRAD_PREFIX):
+            if self._plan_backward(node, region):
+                return
+            backward = True
+        elif not backward:
+            matched = self.match(node)
+            if matched is not None:
+                op, params, dtype = matched
+                index = len(self.tasks)
+                self.tasks.append(self._task(node, "op", op.family, region, op=op.name,
+                                             direction="forward", dtype=dtype, params=params))
+                for n in node.walk():
+                    if n.seq_id >= 0:
+                        self.seq_owner.setdefault(n.seq_id, index)
+                return
+        if not backward and _is_region(node):
+            region = node.name.split("::", 1)[1]
+        if self._has_match(node, backward):
+            self.plan_children(node, node.children, backward, region)
+        else:
+            self.tasks.append(self._task(node, "unmodelled", "unmodelled", region))
+
+    def _plan_backward(self, node: TraceNode, region: str | None) -> bool:
+        """Plan an ``evaluate_function`` node as its forward op's backward;
+        False when no forward op owns its sequence number."""
+        function = node.children[0] if node.children else None
+        seq = function.seq_id if function is not None else -1
+        owner = self.seq_owner.get(seq)
+        if owner is None:
+            return False
+        fwd = self.tasks[owner]
+        op, params = OPS[fwd.op], fwd.params
+        if "backward" not in op.directions:
+            via = op.backward_via(params)
+            if via is None:
+                return False
+            op, params = OPS[via[0]], via[1]
+        params = op.backward_params(params, node)
+        kind = "covered" if owner in self.backward_done else "op"
+        self.backward_done.add(owner)
+        self.tasks.append(self._task(node, kind, op.family, fwd.region, op=op.name,
+                                     direction="backward", dtype=fwd.dtype, params=params))
+        return True
+
+    def match(self, node: TraceNode):
+        if node.id not in self.matches:
+            self.matches[node.id] = match_node(node)
+        return self.matches[node.id]
+
+    def _has_match(self, node: TraceNode, backward: bool) -> bool:
+        for n in node.walk():
+            if n is node:
+                continue
+            if n.name.startswith(_AUTOGRAD_PREFIX) or n.name in _COLLECTIVES:
+                return True
+            if not backward and (self.match(n) is not None or _is_region(n)):
+                return True
+        return False
+
+    def _task(self, node: TraceNode, kind: str, family: str, region: str | None, **kw) -> Task:
+        return Task(kind, node.name, family, bytes=tensor_bytes(node), measured_s=node.dur_s,
+                    waited_s=self._waited(node.ts_s, node.end_s), region=region,
+                    inputs=tuple(node.tensor_ids("inputs")),
+                    outputs=tuple(node.tensor_ids("outputs")),
+                    kernels=[k for n in node.walk() for k in n.kernels],
+                    sync=_is_sync(node), n_nodes=sum(1 for _ in node.walk()), **kw)
+
+
+def _gap(start: float | None, end: float | None) -> float | None:
+    """``end - start`` (s), clamped at 0; None when either is untimed."""
+    return None if start is None or end is None else max(0.0, end - start)
+
+
+def _is_region(node: TraceNode) -> bool:
+    """A ``perfmodel.trace.region`` scope (``perfmodel.region::<name>``)."""
+    return node.name.startswith("perfmodel.region::")
+
+
+def _is_blocking(node: TraceNode) -> bool:
+    """A c10d collective called with ``async_op=False`` (its ``asyncOp``, the
+    last bool argument, is false): the caller waits for it at once."""
+    flags = [v for v in node.input_values if isinstance(v, bool)]
+    return bool(flags) and not flags[-1]
+
+
+def _is_sync(node: TraceNode) -> bool:
+    """Ops that make the host wait for the device (a device-to-host read)."""
+    return node.name in ("aten::item", "aten::_local_scalar_dense", "aten::nonzero") or \
+        (node.name in ("aten::to", "aten::_to_copy", "aten::copy_")
+         and any(k.name.startswith("Memcpy DtoH") for k in node.kernels))
+
+
+def build_graph(trace: Trace, iteration: TraceNode | None = None) -> Graph:
+    """The task graph of ``iteration`` (default: the trace's last iteration)."""
+    node = iteration if iteration is not None else trace.last_iteration()
+    planner = _Planner(trace.world_size(), trace.host_waits)
+    planner.plan_children(node, node.children, backward=False, region=None)
+    return Graph(planner.tasks, node.dur_s, trace.profiler_overhead_s,
+                 trace.profiler_launch_overhead_s)
+
