@@ -33,8 +33,8 @@ def cuda_spec_from_properties(props: Any, index: int) -> DeviceSpec:
     Data-sheet figures when the model is in DATASHEET; otherwise peaks estimated from
     SMs x FP32 lanes x clock (tensor dtypes scaled by a per-architecture ratio, or
     equal to FP32 when unknown) and bandwidth from the memory clock and bus width.
-    The L2 size is the device's own report when it gives one (an H200 reported
-    60 MiB, where the data sheet's 50 MiB is the H100's).
+    The L2 size is the device's own report when it gives one: a data-sheet table
+    may carry a related part's figure (see docs/journal/2026-11-26-nvidia-h200.md).
     """
     sms = int(props.multi_processor_count)
     l2 = int(getattr(props, "L2_cache_size", 0) or 0)
@@ -134,7 +134,7 @@ def cpu_device_key(model_name: str | None = None, cpus: int | None = None,
     dropped, e.g. "Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz" on 8 CPUs becomes
     "cpu-intel-xeon-gold-6248-8c". A name with no digit is one a hypervisor
     masked (cloud VMs report "AMD EPYC" for generations with and without
-    AVX-512 BF16, ~2 against ~100 GFLOP/s bf16 GEMM on 2 cores), so the family
+    AVX-512 BF16, whose bf16 GEMM rates differ by tens of times), so the family
     and model numbers (``family_model``) are added: "cpu-amd-epyc-f25m17-2c".
     With no ``model_name``, the name, the numbers and the CPU count are read
     from /proc/cpuinfo and the affinity mask.

@@ -286,9 +286,8 @@ def measure_again(result: E2EResult, step: Callable[[], object], items: int, dev
     ``profile``) and the first measurement's median kept in ``first_measured_s``.
 
     The gate asks for it when a measurement fails its error check: a burst of load
-    on a shared machine can slow one whole measurement (on cpu-amd-epyc-2c, one of
-    the 200 measurements of a 20-round stability run, mlp_small at 38.1 ms against a
-    typical 28-30 ms), and the repeat decides."""
+    on a shared machine can slow one whole measurement (see
+    docs/journal/2026-11-22-gate-on-cpu-amd-epyc-2c.md), and the repeat decides."""
     return replace(result, measured=measure_profile(step, items, device, profile),
                    first_measured_s=result.measured.median_s)
 

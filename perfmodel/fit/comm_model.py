@@ -13,21 +13,16 @@ time against message size per world size, in log space:
   two parameters per world size, fitted like the sigmoid (robust least squares
   on log t). With ranks time-sharing cores, small messages scatter by tens of
   percent around a flat latency, and the sigmoid's extra two parameters follow
-  that scatter: on the 2026-11-25 sweep (2 and 4 ranks on 2 cores) the line's
-  held-out GMAE was lower for five of the six collectives (all_reduce 15.9%
-  against 19.1%).
+  that scatter, where the line does not.
 - ``curve="cache"``: the line with a second, slower bandwidth beyond a
   capacity K: t = alpha + S / B + max(0, S - K) / B_far. Gloo copies and
   reduces buffers in memory; once a collective's buffers outgrow the caches
-  every further byte moves at DRAM speed (all_gather on 2 cores: 2 MiB per rank
-  at 2 ranks in 3.0 ms, 32 MiB in 77 ms, 26x the time for 16x the bytes).
-  K starts at the midpoint between measured sizes (at least two sizes above
+  every further byte moves at DRAM speed, and the time grows faster than the
+  bytes. K starts at the midpoint between measured sizes (at least two sizes above
   it) with the lowest robust cost, then is fitted with alpha, B and B_far by
   the robust least squares between the sizes on either side. Without a knee in
   the data B_far grows until its term vanishes (the line). Four parameters per
-  world size; on the 2026-11-25 sweep its held-out GMAE was lower than the
-  line's for five of the six collectives' times (all_gather 6.9% against
-  12.0%, all_reduce 8.5% against 10.2%).
+  world size.
 - ``curve="interp"``: the measured curve itself, made non-decreasing (isotonic
   in log-log) and interpolated linearly in log-log; below the smallest size it
   stays at its latency, above the largest it grows at the bandwidth of the last
@@ -35,7 +30,8 @@ time against message size per world size, in log space:
 
 Fitting scores every curve on held-out configs and keeps the best. A world size
 that was not measured is predicted from the nearest measured one at the same
-*bus* bytes (bus bandwidth is what stays constant across world sizes).
+*bus* bytes (bus bandwidth is what stays constant across world sizes). How the
+curves scored on measured sweeps: docs/journal/2026-11-25-collectives.md.
 
 Importing this module registers ``CommRegressor`` with
 :data:`perfmodel.fit.predictors.PREDICTOR_TYPES` (``perfmodel.fit.fitting`` imports it),

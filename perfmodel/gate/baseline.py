@@ -10,9 +10,10 @@ new error fails when its magnitude exceeds
 so a noisy workload gets room in proportion to its measured noise, and a quiet one
 still gets ``min_margin`` (one percentage point by default) rather than none.
 
-That check is bounded by how much the *measured* time moves between runs (4-11% sd
-on cpu-amd-epyc-2c). A change of the model shows much more sharply in the
-*predicted* time, which moves only with the traced overheads (0.2-1.1% sd there). So
+That check is bounded by how much the *measured* time moves between runs. A change
+of the model shows much more sharply in the *predicted* time, which moves only with
+the traced overheads, several times less (measured: see
+docs/journal/2026-11-22-gate-on-cpu-amd-epyc-2c.md). So
 the baseline also keeps each run's predicted seconds, and a workload ``drifted``
 (fails) when its prediction moved from the baseline's mean prediction by more than
 
@@ -25,24 +26,25 @@ the prediction better passes. A multi-rank prediction follows the host's speed
 the fit's host speed (:attr:`perfmodel.e2e.single.E2EResult.model_predicted_s`), which
 moves with the model and with the contention the ranks measure in each run
 (:mod:`perfmodel.measure.contention`: a run whose ranks did not slow each other's
-memory priced ``dlrm_mp@2`` 10% lower), so build its baseline over runs of
-several sessions.
+memory prices a multi-rank workload lower; see
+docs/journal/2026-11-26-multi-rank-time-sharing.md), so build its baseline over
+runs of several sessions.
 
 The spread is taken over the signed errors because a workload predicted close to
 its measured time has errors of both signs: the spread of their magnitudes would
-understate its noise (on cpu-amd-epyc-2c, mlp_small's errors over five runs were
--5.6..+3.6%: |error| sd 1.3%, signed sd 4.6%; the next runs reached -14.5% and
-+17.4%). An optional absolute ceiling per workload fails regardless of the baseline.
+understate its noise (an example: docs/journal/2026-11-27-figures-from-docstrings.md).
+An optional absolute ceiling per workload fails regardless of the baseline.
 
 Host overheads are a few per cent of an iteration on a CPU, and the overhead table
-is re-measured by every run (the predicted overhead seconds moved 8.6% sd over 12
-runs on cpu-amd-epyc-2c), so a 10% error in the overhead model moves no prediction
-far enough for either check. The gate checks that model on its own instead: the
-ratio of the host-overhead seconds it predicts to those the same run's traces show
+is re-measured by every run, which moves its predicted seconds from run to run,
+so a 10% error in the overhead model moves no prediction far enough for either
+check. The gate checks that model on its own instead: the ratio of the
+host-overhead seconds it predicts to those the same run's traces show
 (:func:`perfmodel.trace.overheads.traced_gaps_s`), summed over the workloads, against the
-same ratio in each baseline run. Both sides move with the machine's speed; over
-those 12 runs the ratio moved 1.9% sd. It fails when it leaves its baseline mean by
-more than max(k * relative spread, min_margin).
+same ratio in each baseline run. Both sides move with the machine's speed, so the
+ratio moves much less than either (measured: see
+docs/journal/2026-11-22-gate-on-cpu-amd-epyc-2c.md). It fails when it leaves its
+baseline mean by more than max(k * relative spread, min_margin).
 
 A measurement can fail the error check on its own, when load slows it down as a
 whole; :func:`error_fails` tells the caller to measure once more, and the repeat

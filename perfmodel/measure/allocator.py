@@ -4,11 +4,10 @@ glibc's malloc hands large blocks back to the kernel when they are freed (an
 ``mmap`` above ``M_MMAP_THRESHOLD``, a trim of the heap's top above
 ``M_TRIM_THRESHOLD``), so the next allocation of that size page-faults its memory
 in again. Whether a given call faults then depends on the allocation history of
-the process: on this project's 2-core VM one depthwise ``convolution_backward``
-(N=8, C=16, 64x64) took 0.9 ms with no faults and 3.6-5.2 ms with 1,000-1,600
-page faults per call, and a MobileNet training step 28 ms against 40 ms (5,300
-faults per iteration). Microbenchmarks and the training steps they predict
-would each land in either mode by chance.
+the process, and a call that faults can take several times as long as one that
+does not, whether a single op or a whole training step (measured: see
+docs/journal/2026-11-23-cpu-timing.md). Microbenchmarks and the training steps
+they predict would each land in either mode by chance.
 
 :func:`keep_freed_memory` raises both thresholds, so freed memory stays in the
 process and is reused, as PyTorch's caching allocator does on CUDA and as

@@ -12,18 +12,18 @@ from perfmodel.measure.timer import Measurement, Timer
 REPLICATES = 2
 
 #: Longest estimated time of one call a profile will run (s). Longer cases are
-#: skipped with a reason: bf16 GEMMs without native support run ~50x slower
-#: than fp32 on a CPU, and a sweep should not wait on them.
+#: skipped with a reason: bf16 GEMMs on a CPU without native bf16 support run
+#: tens of times slower than fp32, and a sweep should not wait on them.
 MAX_CALL_S = {"smoke": 0.02, "quick": 0.1, "gpu": 0.05, "full": 2.0}
 
 #: Sampling time budget per case and replicate (s): a sweep of all op families
 #: must fit its profile's wall-time target (smoke < 2 min, quick < 15 min, gpu on a GPU < 6 min).
 BUDGET_S = {"smoke": 0.1, "quick": 0.3, "gpu": 0.3, "full": 1.0}
 #: The same for a collective (s). On ranks sharing a CPU a small collective's
-#: samples spread over 10x (the scheduler decides when each peer runs), so its
-#: median never reaches the CI target and the budget sets its precision: at 4
-#: ranks on 2 cores, all_reduce from 32 B to 2 MiB, the GMAE between two
-#: replicates a few seconds apart was 12.9% at 0.3 s and 8.4% at 1.0 s.
+#: samples spread widely (the scheduler decides when each peer runs), so its
+#: median never reaches the CI target and the budget sets its precision: a
+#: longer budget narrows the gap between two replicates (measured: see
+#: docs/journal/2026-11-25-collectives.md).
 COLLECTIVE_BUDGET_S = {"smoke": 0.1, "quick": 1.0, "gpu": 1.0, "full": 2.0}
 
 

@@ -28,19 +28,20 @@ MAX_SAMPLES = 2000
 #: Calls timed under compute load per replicate, after one warm-up call: as many
 #: as fit in :data:`LOADED_BUDGET_S` at the warm-up's pace, within these bounds
 #: (see :func:`loaded_calls`). A short loaded call's time comes in steps of the
-#: scheduler's slice (about 3.7 ms here: a 4 KiB all_reduce at 2 ranks took 3.6,
-#: 7.5 or 12 ms), so one needs many.
+#: scheduler's slice (a few milliseconds), so one needs many (measured steps:
+#: docs/journal/2026-11-27-figures-from-docstrings.md).
 LOADED_CALLS = (9, 41)
 #: A loaded call at least this long (s) spans dozens of scheduler slices, and
-#: :data:`LOADED_CALLS_LONG` of them are enough (a 64 MiB all_gather at 4 ranks
-#: on 2 cores took 1.2 s loaded: 9 calls and 2 replicates were 22 s per config).
+#: :data:`LOADED_CALLS_LONG` of them are enough; timing as many of these as of
+#: short calls would make a large message's config take tens of seconds.
 LONG_LOADED_S = 0.1
 LOADED_CALLS_LONG = 3
 #: Time the loaded calls of one replicate aim to take (s).
 LOADED_BUDGET_S = 0.3
 #: Shape of the compute unit a rank repeats while its collective runs under load:
-#: (M, K, N) of a float32 matrix product, about 85 us on one Zen 4 thread, so the
-#: completion is seen within that much of when it happens.
+#: (M, K, N) of a float32 matrix product, small enough (well under a millisecond
+#: on one CPU thread) that the completion is seen within one product of when it
+#: happens.
 LOAD_UNIT_MKN = (64, 256, 256)
 
 

@@ -32,8 +32,8 @@ class Sdpa(OpDef):
     """``F.scaled_dot_product_attention(q, k, v, is_causal=CAUSAL,
     dropout_p=0.1 if DROPOUT else 0)`` with q, k, v all B×H×S×DH (no explicit
     mask). ``CAUSAL`` and ``DROPOUT`` are 0 or 1: dropout in training sends the CPU
-    to the unfused math path, about 10x slower forward than the fused kernel at
-    B=8, H=4, S=128, DH=32 (GPT-2's attention here)."""
+    to the unfused math path, several times slower forward than the fused kernel
+    (measured at GPT-2's attention shape: docs/journal/2026-11-23-sweep-design.md)."""
 
     name = "sdpa"
     family = "attention"

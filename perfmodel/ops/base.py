@@ -14,9 +14,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 #: ``smoke`` checks the pipeline on a CI machine; ``quick`` is the main job on a
 #: CPU; ``gpu`` is ``quick``'s config counts sized for a GPU, whose largest
-#: configs reach the op calls of the full-size workloads (on ``quick``'s an
-#: H200 ran most configs in 10-300 µs, launch-bound, and the fit extrapolated
-#: up to 863x); ``full`` is the dense grid.
+#: configs reach the op calls of the full-size workloads (``quick``'s CPU-sized
+#: configs are launch-bound on a data-centre GPU, and a fit on them extrapolates
+#: far beyond its data; see docs/journal/2026-11-26-nvidia-h200.md); ``full`` is
+#: the dense grid.
 PROFILES = ("smoke", "quick", "gpu", "full")
 DIRECTIONS = ("forward", "backward")
 

@@ -19,8 +19,9 @@ from perfmodel.ops.base import DTYPE_BYTES, OpDef, check_profile, torch_dtype
 WORLD_SIZES = {"smoke": (1, 2), "quick": (2, 4), "gpu": (2, 4, 8), "full": (2, 4, 8)}
 #: Message sizes of each profile: exponents of 2 (B). ``quick``'s are 4x apart up to
 #: 512 KiB and 2x apart from 1 MiB, where the caches and the host allocator bend the
-#: curve (gloo's all_gather at 2 ranks on 2 cores: 2.4x the time per byte between 8
-#: and 32 MiB per rank, a step that 4x apart a held-out fold could not place).
+#: curve: gloo's time per byte can step up between two sizes, and with sizes 4x
+#: apart a held-out fold cannot place the step (see
+#: docs/journal/2026-11-26-collective-sizes.md).
 SIZE_EXPONENTS = {"smoke": (6, 12, 16, 20),
                   "quick": tuple(range(3, 20, 2)) + tuple(range(20, 27)),
                   "gpu": tuple(range(3, 30, 2)),
@@ -35,10 +36,10 @@ HOST_CPU = "host_cpu"
 #: The direction under which a collective's *loaded* time is fitted: its wall
 #: time from issue to completion while every rank's own thread keeps computing
 #: (``loaded_s`` of the microbench record, the mean over calls of the slowest
-#: rank's). Gloo's worker threads then wait for the cores: on 2 cores a 1 MiB
-#: all_reduce took 7.0 ms loaded against 0.9 ms idle at 2 one-thread ranks, and
-#: 151 ms against 7.5 ms at 4. Measured on CPU devices only (NCCL runs on the
-#: GPU). Not a training direction: no microbench item runs it.
+#: rank's). Gloo's worker threads then wait for the cores, and a collective takes
+#: several times its idle time, far more where the ranks' threads outnumber the
+#: cores (see docs/journal/2026-11-25-collectives.md). Measured on CPU devices
+#: only (NCCL runs on the GPU). Not a training direction: no microbench item runs it.
 LOADED = "loaded"
 
 

@@ -39,9 +39,9 @@ _DILATED = 0.125
 _UNPADDED = 0.15
 #: Share of dense and depthwise configs whose channel counts are multiples of
 #: :data:`_ALIGN`, as CNN widths are (16, 24, 32, 64, ...): CPU conv kernels block
-#: channels by the SIMD width and take a slower path for a ragged count (a 1x1
-#: conv with K=33 ran 2.7x its K=32 time on an AVX-512 CPU), so the sweep needs
-#: both kinds to learn the difference.
+#: channels by the SIMD width and take a slower path for a ragged count (measured:
+#: docs/journal/2026-11-23-e2e-series.md), so the sweep needs both kinds to learn
+#: the difference.
 _ALIGNED = 0.5
 _ALIGN = 8
 

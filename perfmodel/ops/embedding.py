@@ -12,8 +12,7 @@ positive int (an exponent of 0.01 would be indistinguishable from uniform). Indi
 the same accesses. A benchmark cycles :data:`INDEX_BATCHES` such batches of
 indices, one per call, as a training loop draws a fresh batch each step: with
 one batch repeated, the rows it touches stay in cache and the lookups are
-faster than in training (``dlrm_ebag``'s 8 forward lookups of 20k x 64 rows ran
-4x slower in a training step than such a repeated-batch benchmark predicted).
+faster than in training (see docs/journal/2026-11-23-sweep-design.md).
 
 Work model (fp32 rows, int64 indices and offsets; U = expected distinct rows
 touched per table, :func:`expected_unique_rows`):
@@ -243,8 +242,8 @@ class _Embedding(OpDef):
     family = "embedding"
     #: Timed with the CPU's last-level cache evicted before each call: in a training
     #: step the other tables, the MLPs and the optimizer run between two lookups of
-    #: one table. Hot, ``dlrm_ebag``'s eight 20k x 64 backward lookups took 8.0 ms
-    #: benchmarked one by one against 14.3 ms traced in the step.
+    #: one table, so a hot benchmark under-prices the lookups of a step (measured:
+    #: docs/journal/2026-11-23-cpu-timing.md).
     cold_on_cpu = True
     params = PARAMS
     dtypes = ("float32",)

@@ -16,15 +16,16 @@ _MAX_FLOPS = {"smoke": 3e7, "quick": 2e9, "gpu": 1e12, "full": 4e10}
 #: Largest dim of the ``gpu`` profile (a GPT-2 LM head has 50257 outputs).
 _GPU_MAX_DIM = 32768
 #: Share of random configs whose dims are all multiples of 8, as layer widths are (odd
-#: dims ran 4-54% slower per FLOP than their neighbours on an AVX-512 CPU). Unlike
+#: dims can run slower per FLOP than their neighbours; measured:
+#: docs/journal/2026-11-23-e2e-series.md). Unlike
 #: the convs', the GEMM predictors are not given the alignment as a feature: on the
 #: same data and folds it did not lower their held-out error.
 _ALIGNED = 0.5
 #: Dims of the small grid the ``quick`` (and, 4x wider, the ``gpu``) profile adds to the
 #: random draw of ``addmm`` and ``linear``: networks use power-of-two widths and batches, which run faster per FLOP
 #: than the random draw's neighbours, and 40 random configs in 3 dims leave the fit
-#: guessing there (its ``linear`` backward over-priced ``mlp_small``'s 256×1024×1024
-#: layers by 1.6×).
+#: guessing there (it over-priced such layers; see
+#: docs/journal/2026-11-23-sweep-design.md).
 _QUICK_GRID = {"quick": (64, 256, 1024), "gpu": (256, 1024, 4096)}
 
 

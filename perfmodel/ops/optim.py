@@ -27,8 +27,9 @@ from perfmodel.ops.base import random_configs
 
 _CONFIGS = {"smoke": 4, "quick": 24, "gpu": 24, "full": 1000}
 #: Most parameter elements (NTENSORS × NUMEL) of one step, per profile. ``quick``
-#: reaches 16M: ``dlrm_ebag``'s step updates 10.6M (eight 20k x 64 tables), and
-#: capped at 4M the fit priced it at 2.9 ms against 5.6 ms benchmarked.
+#: reaches 16M: ``dlrm_ebag``'s step updates 10.6M (eight 20k x 64 tables), and a
+#: fit on configs capped below that under-priced it (see
+#: docs/journal/2026-11-27-figures-from-docstrings.md).
 _MAX_ELEMS = {"smoke": 1 << 16, "quick": 1 << 24, "gpu": 1 << 28, "full": 1 << 26}
 _RANGES = {"NTENSORS": (1, 512), "NUMEL": (1, 1 << 24)}
 
@@ -50,9 +51,8 @@ class OptimizerStep(OpDef):
     dtypes = ("float32", "bfloat16")
     #: A step runs after forward and backward have streamed the activations
     #: through the caches, so its parameters, gradients and state come from
-    #: memory. Hot, ``ddp_mlp``'s 1-thread SGD step (8 tensors, 1.6M elements)
-    #: was priced at 0.54 ms against 2.3-2.7 ms traced in the step, and
-    #: ``mlp_small``'s at 0.41 ms against 1.24 ms.
+    #: memory, and a hot benchmark under-prices it (measured:
+    #: docs/journal/2026-11-23-cpu-timing.md).
     cold_on_cpu = True
 
     def __init__(self, optimizer: str, variant: str):

@@ -145,8 +145,8 @@ def with_earlier_leaves(new: OverheadSamples, earlier: OverheadSamples | None,
     are dropped, and the gaps stay ``new``'s alone.
 
     A node seen twice per iteration would otherwise be priced from two samples, and
-    one slow sample moves its price: ``hf_gpt2``'s ``PowBackward0`` cost 1.0-3.2 ms
-    across five tables on cpu-amd-epyc-2c. The gaps keep moving with the run, since
+    one slow sample moves its price by a multiple from one table to the next (see
+    docs/journal/2026-11-22-gate-on-cpu-amd-epyc-2c.md). The gaps keep moving with the run, since
     the gate's host-overhead check compares them with the same run's traces."""
     if earlier is None or earlier.workload != new.workload:
         return new
