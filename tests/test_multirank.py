@@ -7,8 +7,8 @@ import json
 import pytest
 
 from perfmodel.world import mpiexec_path
-from perfmodel.e2e.ranks import (MultirankError, comm_host_share, measure_ranks,
-                                 oversubscription, run_multirank)
+from perfmodel.e2e.ranks import MultirankError, measure_ranks, run_multirank
+from perfmodel.simulate.host import comm_host_share, oversubscription
 from tests.helpers import SPEC, ConstantFit, planted_records
 
 def _mpi_missing() -> str | None:
@@ -355,6 +355,7 @@ def test_a_collective_runs_at_its_loaded_pace_beside_compute_and_idle_after():
     """The collective runs beside 1 ms of compute, then the host waits for it."""
     from perfmodel.trace.graph import Graph, Task
     from perfmodel.e2e.ranks import predict_ranks
+    from perfmodel.simulate.host import HostModel
     from perfmodel.trace.overheads import table_from_samples
 
     def graph():
@@ -366,16 +367,17 @@ def test_a_collective_runs_at_its_loaded_pace_beside_compute_and_idle_after():
                            dtype="float32", params={}, inputs=(7,))], None)
 
     table = table_from_samples([], BANDWIDTH)
-    own_cores = predict_ranks([graph(), graph()], _comm_fit(), table, cpu_share=1.0)
+    own_cores = predict_ranks([graph(), graph()], _comm_fit(), table,
+                              host=HostModel(cpu_share=1.0))
     # a tenth of the work beside the 1 ms GEMM, the rest at the idle pace, then 1 ms of relu
     assert own_cores.total_s == pytest.approx(2.9e-3)
-    shared = predict_ranks([graph(), graph()], _comm_fit(), table, cpu_share=2.0,
-                           comm_share=comm_host_share(4, 1, 2))
+    shared = predict_ranks([graph(), graph()], _comm_fit(), table,
+                           host=HostModel(cpu_share=2.0, comm_host_share=comm_host_share(4, 1, 2)))
     # time-shared: each host op takes 2 ms and nothing of the collective's CPU time; the
     # collective does a fifth of its work beside the GEMM, the rest (0.8 ms) at the idle pace
     assert shared.total_s == pytest.approx(4.8e-3)
-    charged = predict_ranks([graph(), graph()], _comm_fit(), table, cpu_share=2.0,
-                            comm_share=1.0)
+    charged = predict_ranks([graph(), graph()], _comm_fit(), table,
+                            host=HostModel(cpu_share=2.0, comm_host_share=1.0))
     assert charged.total_s > shared.total_s
 
 
@@ -385,6 +387,7 @@ def test_the_contention_prices_ops_and_the_cpu_share_the_rest_once():
     from perfmodel.measure.contention import Contention
     from perfmodel.trace.graph import Graph, Task
     from perfmodel.e2e.ranks import predict_ranks
+    from perfmodel.simulate.host import HostModel
     from perfmodel.trace.overheads import table_from_samples
 
     graph = Graph([Task("op", "aten::linear", "gemm", op="linear", direction="forward",
@@ -395,7 +398,8 @@ def test_the_contention_prices_ops_and_the_cpu_share_the_rest_once():
     assert alone.breakdown_s["gemm"] == pytest.approx(1e-3)
     both = Contention(2.0, BANDWIDTH, BANDWIDTH / 2, 4, compute_slowdown=2.0)
     for contention in (both, None):
-        shared = predict_ranks([graph], _comm_fit(), table, cpu_share=2.0, contention=contention)
+        shared = predict_ranks([graph], _comm_fit(), table,
+                               host=HostModel(cpu_share=2.0, contention=contention))
         assert shared.breakdown_s["gemm"] == pytest.approx(2e-3)
         assert shared.breakdown_s["unmodelled"] == pytest.approx(
             2 * alone.breakdown_s["unmodelled"])
@@ -408,6 +412,7 @@ def test_ops_are_moved_by_the_hosts_drift_before_the_contention():
     from perfmodel.measure.drift import HostDrift
     from perfmodel.trace.graph import Graph, Task
     from perfmodel.e2e.ranks import predict_ranks
+    from perfmodel.simulate.host import HostModel
     from perfmodel.ops import get_op
     from perfmodel.trace.overheads import table_from_samples
 
@@ -422,13 +427,13 @@ def test_ops_are_moved_by_the_hosts_drift_before_the_contention():
     sgd_graph = graph("sgd_foreach", sgd)
     plain = predict_ranks([sgd_graph], _comm_fit(), table).total_s
     slow = predict_ranks([sgd_graph], _comm_fit(), table,
-                         drift=HostDrift(2.0, 2.0, bandwidth)).total_s
+                         host=HostModel(drift=HostDrift(2.0, 2.0, bandwidth))).total_s
     assert slow - plain == pytest.approx(1e-3)
     memory_only = HostDrift(1.0, 2.0, bandwidth)
     assert predict_ranks([sgd_graph], _comm_fit(), table,
-                         drift=memory_only).total_s == pytest.approx(slow)
+                         host=HostModel(drift=memory_only)).total_s == pytest.approx(slow)
     beside = Contention(1.5, bandwidth, bandwidth / 1.5, 2)
-    both = predict_ranks([sgd_graph], _comm_fit(), table, drift=memory_only,
-                         contention=beside).total_s
+    both = predict_ranks([sgd_graph], _comm_fit(), table,
+                         host=HostModel(drift=memory_only, contention=beside)).total_s
     # the drifted 2 ms needs its bytes for half its time: 2 x (1 + 0.5 x 0.5) ms
     assert both - plain == pytest.approx(2.5e-3 - 1e-3)

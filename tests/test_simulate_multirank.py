@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfmodel.simulate.walk import COMM_STREAM, SimTask, progress_end, simulate, simulate_ranks
+from perfmodel.simulate.host import HostModel, progress_end
+from perfmodel.simulate.walk import COMM_STREAM, SimTask, simulate, simulate_ranks
 
 
 def compute(seconds, inputs=(), outputs=()):
@@ -47,12 +48,13 @@ def test_a_collective_on_busy_cores_takes_its_time_from_the_host():
     rank = [compute(1.0), collective(2.0, 7, issue_s=0.1), compute(1.0), compute(0.2, inputs=(7,))]
     # the host computes 1.1, lends 2.0 to the collective, computes 1.0 more; the
     # collective (1.1 to 3.1) is over by then, and the reader runs at once
-    assert simulate_ranks([rank, rank], comm_host_share=1.0).total_s == pytest.approx(4.3)
-    half = simulate_ranks([rank, rank], comm_host_share=0.5)
+    charged = HostModel(comm_host_share=1.0)
+    assert simulate_ranks([rank, rank], host=charged).total_s == pytest.approx(4.3)
+    half = simulate_ranks([rank, rank], host=HostModel(comm_host_share=0.5))
     assert half.total_s == pytest.approx(1.1 + 2.0 + 0.2)  # host (3.1) waits for comm (3.1)
     assert half.ranks[0].host_busy_s == pytest.approx(2.3)  # communication is not host work
     with pytest.raises(ValueError, match=r"comm_host_share must be in \[0, 1\], got 1.5"):
-        simulate(rank, comm_host_share=1.5)
+        HostModel(comm_host_share=1.5)
 
 
 def test_collectives_run_in_order_on_the_communication_stream():
@@ -88,12 +90,14 @@ def test_a_collective_takes_only_its_cpu_time_from_the_host():
     loses 0.5 s (not 2.0) and waits for the rest only where it reads the output."""
     rank = [compute(1.0), collective(2.0, 7, issue_s=0.1, cpu_s=0.5), compute(1.0),
             compute(0.2, inputs=(7,))]
-    result = simulate_ranks([rank, rank], comm_host_share=1.0)
+    charged = HostModel(comm_host_share=1.0)
+    result = simulate_ranks([rank, rank], host=charged)
     # host: 1.1, +0.5 for gloo, +1.0 compute = 2.6 < the collective's end 3.1
     assert result.total_s == pytest.approx(3.1 + 0.2)
     async_only = [compute(1.0), collective(2.0, 7, issue_s=0.1, cpu_s=0.5), compute(3.0)]
-    assert simulate_ranks([async_only] * 2, comm_host_share=1.0).total_s == pytest.approx(4.6)
-    assert simulate_ranks([async_only] * 2, comm_host_share=0.5).total_s == pytest.approx(4.35)
+    assert simulate_ranks([async_only] * 2, host=charged).total_s == pytest.approx(4.6)
+    half = HostModel(comm_host_share=0.5)
+    assert simulate_ranks([async_only] * 2, host=half).total_s == pytest.approx(4.35)
 
 
 def comm_lane(result):
@@ -189,14 +193,14 @@ def test_predicted_covers_every_rank_and_the_communication(ranks, data):
         task_lists.append(tasks + late)
         compute_alone.append(sum(t.host_s for t in tasks))
     share = data.draw(st.floats(0.0, 1.0))
-    result = simulate_ranks(task_lists, comm_host_share=share)
+    result = simulate_ranks(task_lists, host=HostModel(comm_host_share=share))
     assert result.total_s >= simulate_ranks(task_lists).total_s - 1e-9
     # slowed down by the rank's compute, the iteration never gets shorter
     factors = [data.draw(st.floats(1.0, 5.0)) for _ in range(n)]
     for tasks in task_lists:
         for task, factor in zip([t for t in tasks if t.collective], factors):
             task.loaded_s = task.kernels[0][1] * factor
-    loaded = simulate_ranks(task_lists, comm_host_share=share)
+    loaded = simulate_ranks(task_lists, host=HostModel(comm_host_share=share))
     assert loaded.total_s >= result.total_s - 1e-9
     assert all(loaded.total_s >= c - 1e-9 for c in compute_alone)
     for tasks in task_lists:
@@ -216,18 +220,18 @@ def test_a_rank_that_wakes_from_a_collective_runs_again_the_lag_later():
     for a core; only waits count, and after short work only a share of the lag."""
     rank = [compute(1.0), collective(0.5, 7), compute(0.2, inputs=(7,))]
     plain = simulate_ranks([rank, rank]).total_s
-    lagged = simulate_ranks([rank, rank], wake_lag_s=0.3)
+    lagged = simulate_ranks([rank, rank], host=HostModel(wake_lag_s=0.3))
     assert lagged.total_s == pytest.approx(plain + 0.3)
     assert lagged.ranks[0].host_waits_s == [(pytest.approx(1.0), pytest.approx(1.8))]
     # 1.0 s of host work before the wait is a quarter of a 4.0 s ramp
-    assert simulate_ranks([rank, rank], wake_lag_s=0.3, wake_ramp_s=4.0).total_s == \
-        pytest.approx(plain + 0.075)
+    ramped = HostModel(wake_lag_s=0.3, wake_ramp_s=4.0)
+    assert simulate_ranks([rank, rank], host=ramped).total_s == pytest.approx(plain + 0.075)
     # a host that reads the output after the collective is over never sleeps
     late = [compute(1.0), collective(0.5, 7), compute(1.0), compute(0.2, inputs=(7,))]
-    assert simulate_ranks([late, late], wake_lag_s=0.3).total_s == \
+    assert simulate_ranks([late, late], host=HostModel(wake_lag_s=0.3)).total_s == \
         pytest.approx(simulate_ranks([late, late]).total_s)
     with pytest.raises(ValueError, match="wake-up lag and its ramp must be >= 0 s"):
-        simulate(rank, wake_lag_s=-0.1)
+        HostModel(wake_lag_s=-0.1)
 
 
 @settings(max_examples=50)
@@ -238,5 +242,6 @@ def test_the_wake_up_lag_never_shortens_an_iteration(work, lag, ramp):
     for i, seconds in enumerate(work):
         rank += [compute(seconds), collective(0.01, i), compute(0.001, inputs=(i,))]
     plain = simulate_ranks([rank, rank]).total_s
-    lagged = simulate_ranks([rank, rank], wake_lag_s=lag, wake_ramp_s=ramp).total_s
+    host = HostModel(wake_lag_s=lag, wake_ramp_s=ramp)
+    lagged = simulate_ranks([rank, rank], host=host).total_s
     assert plain - 1e-12 <= lagged <= plain + len(work) * lag + 1e-9

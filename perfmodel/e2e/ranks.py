@@ -11,9 +11,10 @@ folder) and then times the iteration; rank 0 times the host's speed alone
 before, between and after (:func:`perfmodel.measure.drift.measure_host_speed`, the
 median of the three). Rank 0 builds every rank's task graph, prices it with
 the stored per-op fit (collectives by their fitted communication predictor,
-:mod:`perfmodel.fit.comm_model`) and the device's shared overhead table (ops
-slowed by that contention), simulates the ranks together
-(:func:`perfmodel.simulate.walk.simulate_ranks`) and writes one JSON result, which
+:mod:`perfmodel.fit.comm_model`) and the device's shared overhead table, simulates
+the ranks together (:func:`perfmodel.simulate.walk.simulate_ranks`) on a host
+they share as that contention, the host's drift and the thread counts below say
+(one :class:`~perfmodel.simulate.host.HostModel`) and writes one JSON result, which
 the parent turns into an :class:`~perfmodel.e2e.single.E2EResult` named
 ``<workload>@<W>``.
 
@@ -29,17 +30,18 @@ for it before starting any rank and raises :class:`MultirankError` naming the
 command to run when there is none (:func:`require_fit`). When the ranks'
 threads leave no core free for gloo's worker threads, a collective's CPU time
 (the ``host_cpu`` predictor) is taken from its rank's compute rather than
-overlapped with it (:func:`comm_host_share`: 1 at 2 ranks on 2 cores); when they
-outnumber the cores, the workers get almost no core while the hosts compute
-(the collective's ``loaded`` time) and take none from them (0 at 4 ranks).
-And when the ranks' threads outnumber the cores (4 one-thread ranks on 2 cores)
-each rank gets only a share of a core: its ops and host work run slower by the
-compute slowdown the ranks measure together (the contention's c: 2.06-2.15
-there, 1.00-1.03 at 2 ranks; :func:`oversubscription`, 2 there, where it was
-not measured). There, too, a rank that sleeps in a collective waits for a core
-when it wakes: the ranks measure that wake-up lag (``sync`` of
-:func:`perfmodel.measure.contention.measure_contention`), and each rank's host runs again
-that much later after each wait for a collective.
+overlapped with it (:func:`~perfmodel.simulate.host.comm_host_share`: 1 at 2
+ranks on 2 cores); when they outnumber the cores, the workers get almost no
+core while the hosts compute (the collective's ``loaded`` time) and take none
+from them (0 at 4 ranks). And when the ranks' threads outnumber the cores (4
+one-thread ranks on 2 cores) each rank gets only a share of a core: its ops and
+host work run slower by the compute slowdown the ranks measure together (the
+contention's c: 2.06-2.15 there, 1.00-1.03 at 2 ranks;
+:func:`~perfmodel.simulate.host.oversubscription`, 2 there, where it was not
+measured). There, too, a rank that sleeps in a collective waits for a core when
+it wakes: the ranks measure that wake-up lag (``sync`` of
+:func:`perfmodel.measure.contention.measure_contention`), and each rank's host
+runs again that much later after each wait for a collective.
 
 Measured time: after warm-up, each of ``repeat`` blocks of ``number``
 iterations starts at a ``torch.distributed`` barrier (gloo's, which blocks
@@ -61,19 +63,20 @@ import tempfile
 import time
 import traceback
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from perfmodel.measure.contention import WAKE_WORK_S, Contention, measure_contention
+from perfmodel.measure.contention import Contention, measure_contention
 from perfmodel.measure.drift import HostDrift, HostSpeed, measure_host_speed
-from perfmodel.e2e.single import (MEASURE, TRACE_ITERATIONS, TRACE_WARMUP, E2EResult, IterationTiming,
-                           shared_table, traces_dir)
+from perfmodel.e2e.single import (MEASURE, TRACE_ITERATIONS, TRACE_WARMUP, E2EResult,
+                                  IterationTiming, shared_table, traces_dir)
 from perfmodel.trace.graph import Graph, build_graph
 from perfmodel.trace.overheads import OverheadTable, samples_from_graph, table_from_samples
 from perfmodel.plaindata import write_json_atomic
 from perfmodel.simulate.predict import NON_OP_CATEGORIES, CommPrice, beyond_fit, sim_tasks
 from perfmodel.ops.collective import HOST_CPU, LOADED
+from perfmodel.simulate.host import HostModel, oversubscription
 from perfmodel.simulate.walk import MultiRankResult, simulate_ranks
 from perfmodel.trace.parse import TraceFiles, capture_trace, load_trace
 
@@ -193,79 +196,30 @@ def measured_world_sizes(predictor) -> set[int]:
 
 def predict_ranks(graphs: list[Graph], fit, table: OverheadTable,
                   bias: dict[str, float] | None = None, keep_timeline: bool = True,
-                  cpu_share: float = 1.0, comm_share: float = 0.0,
-                  contention: Contention | None = None,
-                  drift: HostDrift | None = None) -> RanksPrediction:
+                  host: HostModel | None = None) -> RanksPrediction:
     """Predict one iteration of the ranks whose task graphs are ``graphs``
-    (rank order); the predicted time is the slowest rank's. Each op's fitted
-    time is first moved by the host's ``drift`` since the fit's measurements
-    (None: the host is as fast as then; see :class:`perfmodel.measure.drift.HostDrift`),
-    then slowed beside the other ranks by ``contention`` (see
-    :mod:`perfmodel.measure.contention`; None: multiplied by ``cpu_share``). The other
-    host time, and each collective's CPU time, are multiplied by ``cpu_share``
-    (>= 1: how much slower the ranks' host work runs beside each other, the
-    contention's c where measured, else :func:`oversubscription`); the
-    collectives' times are not: they were measured on ranks sharing the CPU.
-    ``comm_share`` of each collective's CPU time is charged to its rank's host
-    (see :func:`comm_host_share`). A collective that overlaps its rank's compute
-    slows down to its ``loaded`` time, where measured (see
-    :mod:`perfmodel.simulate.walk`). A rank's host that waited for a collective runs
-    again the contention's wake-up lag later (after less host work than the
-    shorter of :data:`~perfmodel.measure.contention.WAKE_WORK_S` alone, times
-    ``cpu_share``, a share of it)."""
+    (rank order) on a host they share as ``host`` says (None: nothing but the
+    collectives' loaded times; see :mod:`perfmodel.simulate.host`); the
+    predicted time is the slowest rank's. Each op's fitted time is priced by
+    :meth:`~perfmodel.simulate.host.HostModel.op_seconds` (the host's drift
+    since the fit, then the contention beside the other ranks), the other host
+    work and each collective's CPU time by
+    :meth:`~perfmodel.simulate.host.HostModel.slow_host_work`; the collectives'
+    times are not slowed: they were measured on ranks sharing the CPU."""
+    host = host or HostModel()
     comm = comm_pricer(fit)
-
-    def beside(task, fit_s: float) -> float:
-        now_s = fit_s if drift is None else drift.seconds(
-            task.op, task.params, task.dtype, task.direction, fit_s)
-        return now_s * cpu_share if contention is None else contention.seconds(
-            task.op, task.params, task.dtype, task.direction, now_s)
-
     per_rank, missing = [], {}
     for graph in graphs:
-        tasks, rank_missing = sim_tasks(graph, fit, table, False, bias, comm, beside)
+        tasks, rank_missing = sim_tasks(graph, fit, table, False, bias, comm, host.op_seconds)
         for task in tasks:
-            if task.category in NON_OP_CATEGORIES:  # ops were priced by beside()
-                task.host_s *= cpu_share
-            if task.cpu_s is not None:
-                task.cpu_s *= cpu_share
+            if task.category in NON_OP_CATEGORIES:  # ops were priced by op_seconds
+                host.slow_host_work(task)
         per_rank.append(tasks)
         for key, n in rank_missing.items():
             missing[key] = missing.get(key, 0) + n
-    lag = 0.0 if contention is None else contention.wake_lag_s
-    sim = simulate_ranks(per_rank, keep_timeline, comm_share, lag, WAKE_WORK_S[0] * cpu_share)
+    sim = simulate_ranks(per_rank, keep_timeline, host)
     return RanksPrediction(sim.total_s, _mean_over_ranks(r.breakdown_s for r in sim.ranks),
                            _mean_over_ranks(r.regions_s for r in sim.ranks), sim, missing)
-
-
-def oversubscription(world_size: int, threads_per_rank: int, cores: int) -> float:
-    """How much slower host work runs when every rank computes at once (>= 1):
-    ``world_size x threads_per_rank`` busy threads on ``cores`` cores. The fit
-    already runs at ``threads_per_rank`` threads; this is only the time-sharing
-    of cores between ranks (4 one-thread ranks on 2 cores: 2)."""
-    return max(1.0, world_size * threads_per_rank / cores)
-
-
-def comm_host_share(world_size: int, threads_per_rank: int, cores: int) -> float:
-    """Fraction (0 to 1) of a CPU collective's time charged to its rank's host
-    (:func:`perfmodel.simulate.walk.simulate`): the share of the ranks' gloo worker
-    threads (one per rank) that find no core left free by the
-    ``world_size x threads_per_rank`` compute threads on ``cores`` cores. 1 at
-    2 one-thread ranks on 2 cores; 0 when every rank's worker has an idle core
-    of its own.
-
-    And 0 when the compute threads outnumber the cores (4 one-thread ranks on
-    2): the workers then wait behind the compute threads for a core at every
-    step, so a collective barely moves while its ranks compute (the 1-thread fit
-    prices a 5.2 MB ``all_reduce`` at 4 ranks at 117 ms loaded, 10.3 ms idle)
-    and takes next to no core time from them. It runs at its ``loaded`` pace
-    while they compute and at its idle pace once they wait
-    (:func:`perfmodel.simulate.walk.progress_end`). Charged at issue as well, the
-    4-rank workloads came out 6-21% over."""
-    busy = world_size * threads_per_rank
-    if busy > cores:
-        return 0.0
-    return min(1.0, max(0.0, (busy + world_size - cores) / world_size))
 
 
 def _mean_over_ranks(tables) -> dict[str, float]:
@@ -485,18 +439,15 @@ def result_record(label: str, graphs: list[Graph], fit, table: OverheadTable,
     ``host_speed`` and the drift from the fit's (None: either not measured), and
     the prediction at the fit's host speed (``predicted_fit_speed_s``)."""
     measured, rank_medians = timing
-    share = (oversubscription(len(graphs), threads, cores) if contention is None
-             else contention.compute_slowdown)
-    comm_share = comm_host_share(len(graphs), threads, cores)
     drift = (HostDrift.between(host_speed, fit.host_speed, bandwidth_B_per_s)
              if host_speed is not None and fit.host_speed is not None else None)
-    common = dict(cpu_share=share, comm_share=comm_share, contention=contention)
-    shared = predict_ranks(graphs, fit, table, bias, drift=drift, **common)
+    host = HostModel.of_ranks(len(graphs), threads, cores, contention, drift)
+    shared = predict_ranks(graphs, fit, table, bias, host=host)
     own_table = table_from_samples([samples_from_graph(f"{label}.rank{r}", g, bandwidth_B_per_s)
                                     for r, g in enumerate(graphs)], bandwidth_B_per_s)
-    own = predict_ranks(graphs, fit, own_table, bias, keep_timeline=False, drift=drift, **common)
+    own = predict_ranks(graphs, fit, own_table, bias, keep_timeline=False, host=host)
     at_fit_speed = shared if drift is None else predict_ranks(
-        graphs, fit, table, bias, keep_timeline=False, **common)
+        graphs, fit, table, bias, keep_timeline=False, host=replace(host, drift=None))
     unmodelled: dict[str, list] = {}
     for graph in graphs:
         for name, count, time_share in graph.unmodelled():
@@ -506,7 +457,7 @@ def result_record(label: str, graphs: list[Graph], fit, table: OverheadTable,
     traced = [g.measured_s for g in graphs if g.measured_s is not None]
     return {
         "workload": label, "world_size": len(graphs), "threads_per_rank": threads,
-        "cores": cores, "cpu_share": share, "comm_host_share": comm_share,
+        "cores": cores, "cpu_share": host.cpu_share, "comm_host_share": host.comm_host_share,
         "contention": None if contention is None else contention.to_dict(),
         "host_speed": None if host_speed is None else host_speed.to_dict(),
         "host_drift": None if drift is None else drift.to_dict(),

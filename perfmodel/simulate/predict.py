@@ -143,7 +143,7 @@ def sim_tasks(graph: Graph, fit, table: OverheadTable, on_device: bool,
     Without ``comm`` a collective is priced as an unmodelled node.
     ``host_op_s(task, seconds)`` turns an op's predicted seconds on the host
     (not on a device) into those it takes where it runs (e.g. beside other
-    ranks: :class:`perfmodel.measure.contention.Contention`)."""
+    ranks: :meth:`perfmodel.simulate.host.HostModel.op_seconds`)."""
     bias = bias or {}
     predicted, missing = op_predictions(graph.tasks, fit)
     host_factor = bias.get("overhead", 1.0)
