@@ -75,8 +75,8 @@ def mpiexec_path(python: str = sys.executable) -> str:
     local = Path(python).with_name("mpiexec")
     found = str(local) if local.is_file() else shutil.which("mpiexec")
     if found is None:
-        raise FileNotFoundError("mpiexec not found (pip install mpich, or put an MPI's "
-                                "mpiexec on PATH)")
+        raise FileNotFoundError("mpiexec not found (pip install 'perfmodel[mpi]', or put "
+                                "an MPI's mpiexec on PATH)")
     return found
 
 
@@ -264,9 +264,9 @@ def mpi_world() -> World:
         if launcher_world() is None:
             comm: Any = _OneRank()
         else:
-            from mpi4py import MPI
+            from perfmodel.extras import require
 
-            comm = MPI.COMM_WORLD
+            comm = require("mpi4py.MPI", "mpi").COMM_WORLD
         local_rank, local_size = local_ranks()
         peers = comm.allgather((socket.gethostname(), os.getpid())) if launcher_world() else []
         fault = parse_fault(os.environ.get(FAULT_VAR, ""))

@@ -392,3 +392,89 @@ def test_a_fit_keeps_the_host_speed_of_the_measurements_it_trained_on(tmp_path):
     (folder / "index.json").write_text(json.dumps({**index, "host_speed": {"addmm": 1.0}}))
     with pytest.raises(ValueError, match="index.json: 'host_speed': host_speed must map"):
         load_fit(folder)
+
+
+def test_saved_arrays_are_compressed_and_uncompressed_ones_still_load(tmp_path):
+    """Fits are stored with np.savez_compressed; a fit saved before (np.savez) loads
+    and predicts the same."""
+    import hashlib
+    import io
+    import zipfile
+
+    from perfmodel.fit.fitting import FitReport, fit_op, samples_from_records
+    from perfmodel.fit.predictors import load_predictor
+
+    key = ("linear", "forward")
+    report = FitReport()
+    samples = samples_from_records(planted_records())[key]
+    report.predictors[key], report.accuracy[key] = fit_op(*key, samples, SPEC, kinds=("shape",))
+    folder = save_fit(report, ResultStore(tmp_path, SPEC.key), "run-1")
+    npz, meta = folder / "linear-forward.npz", folder / "linear-forward.json"
+    with zipfile.ZipFile(npz) as archive:
+        assert {i.compress_type for i in archive.infolist()} == {zipfile.ZIP_DEFLATED}
+    configs = [{"B": 256, "IN": 1024, "OUT": 1024}, {"B": 8, "IN": 8, "OUT": 8}]
+    expected = report.predictors[key].predict("float32", configs)
+    # rewrite it as an older perfmodel did: uncompressed, its checksum in the metadata
+    with np.load(npz, allow_pickle=False) as loaded:
+        arrays = {name: loaded[name] for name in loaded.files}
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    old = buffer.getvalue()
+    assert len(old) > npz.stat().st_size
+    npz.write_bytes(old)
+    document = json.loads(meta.read_text())
+    document["npz_sha256"] = hashlib.sha256(old).hexdigest()
+    meta.write_text(json.dumps(document))
+    with zipfile.ZipFile(npz) as archive:
+        assert {i.compress_type for i in archive.infolist()} == {zipfile.ZIP_STORED}
+    assert load_predictor(folder / "linear-forward").n_features_in_ > 0
+    np.testing.assert_array_equal(load_fit(folder).predictors[key].predict("float32", configs),
+                                  expected)
+
+
+def test_refitting_the_same_records_gives_the_same_predictions():
+    """Every random choice of a fit is seeded: the same records give the same fit."""
+    records = planted_records("linear") + planted_records("relu")
+    first, second = fit_predictors(records, SPEC), fit_predictors(records, SPEC)
+    assert set(first.predictors) == set(second.predictors) and first.predictors
+    for key, predictor in first.predictors.items():
+        op = get_op(key[0])
+        configs = [dict(c.params) for c in op.cases("quick") if c.direction == key[1]][:5]
+        dtype = op.dtypes[0]
+        assert predictor.kind == second.predictors[key].kind
+        np.testing.assert_array_equal(predictor.predict(dtype, configs),
+                                      second.predictors[key].predict(dtype, configs))
+        assert first.accuracy[key] == second.accuracy[key]
+
+
+def test_compressing_an_old_fit_keeps_its_predictions(tmp_path):
+    """compress_fit rewrites a fit saved uncompressed; it loads and predicts the same."""
+    import hashlib
+    import io
+    import zipfile
+
+    from perfmodel.fit.fitting import compress_fit
+
+    report = fit_predictors(planted_records(), SPEC)
+    folder = save_fit(report, ResultStore(tmp_path, SPEC.key), "run-1")
+    for npz in folder.glob("*.npz"):  # as an older perfmodel saved it
+        with np.load(npz, allow_pickle=False) as loaded:
+            arrays = {name: loaded[name] for name in loaded.files}
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        npz.write_bytes(buffer.getvalue())
+        meta = npz.with_suffix(".json")
+        document = json.loads(meta.read_text())
+        document["npz_sha256"] = hashlib.sha256(buffer.getvalue()).hexdigest()
+        meta.write_text(json.dumps(document))
+    configs = [{"B": 256, "IN": 1024, "OUT": 1024}, {"B": 8, "IN": 8, "OUT": 8}]
+    expected = {k: p.predict("float32", configs) for k, p in load_fit(folder).predictors.items()}
+    before, after = compress_fit(folder)
+    assert after < before == sum(p.stat().st_size for p in folder.glob("*.npz")) + before - after
+    for npz in folder.glob("*.npz"):
+        with zipfile.ZipFile(npz) as archive:
+            assert {i.compress_type for i in archive.infolist()} == {zipfile.ZIP_DEFLATED}
+    loaded = load_fit(folder)
+    for key, values in expected.items():
+        np.testing.assert_array_equal(loaded.predictors[key].predict("float32", configs), values)
+    assert compress_fit(folder) == (after, after)  # already compressed: left as it is

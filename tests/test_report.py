@@ -208,7 +208,7 @@ def test_cli_missing_results_is_one_line_and_exit_2(tmp_path, capsys):
 def test_cli_empty_or_unknown_device_names_the_path(tmp_path, capsys):
     root = tmp_path / "results"
     (root / SPEC.key / "runs").mkdir(parents=True)
-    assert main(["report", "--results", str(root)]) == 2
+    assert main(["report", "--results", str(root), "--device", SPEC.key]) == 2
     assert f"nothing stored under {root / SPEC.key}" in capsys.readouterr().err
     assert main(["report", "--results", str(root), "--device", "tpu-9"]) == 2
     err = capsys.readouterr().err

@@ -70,11 +70,50 @@ def _baseline_fit_data(workload: str, fits: set, store, threads: int | None) -> 
     return fit.data_id
 
 
+def this_machine_keys() -> list[str]:
+    """The device keys of this machine, without measuring anything: each visible
+    CUDA device's (when torch sees one), then the CPU's."""
+    from perfmodel.device.probe import cpu_device_key
+
+    keys = []
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            from perfmodel.device.probe import cuda_spec_from_properties
+
+            keys += [cuda_spec_from_properties(torch.cuda.get_device_properties(i), i).key
+                     for i in range(torch.cuda.device_count())]
+    except (ImportError, RuntimeError):  # no torch, or a broken CUDA setup: the CPU only
+        pass
+    return list(dict.fromkeys(keys + [cpu_device_key()]))
+
+
+def pick_report_device(root: Path, machine_keys: list[str]) -> str:
+    """The device key ``perfmodel report`` reports without ``--device``: the first of
+    ``machine_keys`` that has results under ``root``; ValueError naming the keys
+    that do otherwise."""
+    from perfmodel.store import paths
+
+    if not root.is_dir():
+        raise ValueError(f"no results folder at {root}")
+    stored = paths.device_keys(root)
+    for key in machine_keys:
+        if key in stored:
+            return key
+    raise ValueError(f"no results for this machine ({' or '.join(machine_keys) or 'unknown'}) "
+                     f"under {root}; devices with results: {', '.join(stored) or 'none'}; "
+                     f"pick one with --device")
+
+
 def _report(args: argparse.Namespace) -> int:
     from perfmodel.report import build_report
     from perfmodel.settings import load_settings
 
-    path = build_report(Path(args.results), args.device, args.profile, args.out,
+    device = args.device
+    if device is None:
+        device = pick_report_device(Path(args.results), this_machine_keys())
+    path = build_report(Path(args.results), device, args.profile, args.out,
                         load_settings(Path("pyproject.toml")),
                         progress=lambda line: print(f"perfmodel report: {line}", file=sys.stderr))
     print(f"wrote {path}")
@@ -126,7 +165,7 @@ def _drift(args: argparse.Namespace) -> int:
     from perfmodel.measure.drift import drift_record, probe, summarise
     from perfmodel.measure.env import environment
     from perfmodel.plaindata import write_json_atomic
-    from perfmodel.store.results import new_run_id
+    from perfmodel.store.results import ResultStore, new_run_id
 
     spec = detect_device(args.device, Path(args.results), threads=args.threads)
     if spec.kind != "cpu":
@@ -149,12 +188,44 @@ def _drift(args: argparse.Namespace) -> int:
     for row in summarise(samples):
         print(f"{row.op:<8}{row.n:>8}{row.min_s * 1e6:>9.0f}us{row.median_s * 1e6:>9.0f}us"
               f"{row.max_s * 1e6:>9.0f}us{row.ratio:>8.2f}x{row.gmae:>8.1%}")
-    path = Path(args.results) / spec.key / "drift" / f"{new_run_id()}.json"
+    path = ResultStore(Path(args.results), spec.key).drift_file(new_run_id())
     write_json_atomic(path, drift_record(samples, spec.key,
                                          environment(spec.key, spec.threads),
                                          args.interval, args.calls))
     print(f"wrote {path}")
     return 0
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from perfmodel.store.prune import human_bytes, prune
+
+    plans = prune(Path(args.results), [args.device] if args.device else None, args.keep,
+                  dry_run=args.dry_run, keep_fit_runs=not args.drop_fit_runs)
+    for plan in plans:
+        print("\n".join(plan.lines(args.dry_run)))
+    freed = sum(plan.bytes_freed for plan in plans)
+    if args.compress_fits and not args.dry_run:
+        freed += _compress_kept_fits(plans)
+    print(f"total: {'would free' if args.dry_run else 'freed'} {human_bytes(freed)} "
+          f"({freed} bytes) over {len(plans)} device(s)")
+    return 0
+
+
+def _compress_kept_fits(plans) -> int:
+    """Compress the arrays of every kept fit saved uncompressed; the bytes freed."""
+    from perfmodel.fit.fitting import compress_fit
+    from perfmodel.store.prune import human_bytes
+
+    freed = 0
+    for plan in plans:
+        for entry in plan.keep:
+            if entry.kind == "fit":
+                before, after = compress_fit(entry.path)
+                if after < before:
+                    print(f"{plan.device_key}: compressed {entry.path.name}: arrays "
+                          f"{human_bytes(before)} -> {human_bytes(after)}")
+                freed += before - after
+    return freed
 
 
 def _stats(args: argparse.Namespace) -> int:
@@ -170,17 +241,25 @@ def _stats(args: argparse.Namespace) -> int:
 
 def _detecting(parser: argparse.ArgumentParser) -> None:
     """--results, --device and --threads of a command that detects this machine's device."""
-    parser.add_argument("--results", default="results", help="results root (default: results)")
+    _results(parser)
     parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: auto)")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
 
 
-def _stored(parser: argparse.ArgumentParser) -> None:
+def _stored(parser: argparse.ArgumentParser,
+            default_device: str = "the only device under RESULTS") -> None:
     """--results and --device of a command that reads stored results only."""
-    parser.add_argument("--results", default="results", help="results root (default: results)")
+    _results(parser)
     parser.add_argument("--device", default=None,
                         help="device key (a folder under RESULTS), cpu, cuda or cuda:N "
-                             "(default: the only device under RESULTS)")
+                             f"(default: {default_device})")
+
+
+def _results(parser: argparse.ArgumentParser) -> None:
+    from perfmodel.store.paths import DEFAULT_ROOT
+
+    parser.add_argument("--results", default=DEFAULT_ROOT,
+                        help=f"results root (default: {DEFAULT_ROOT})")
 
 
 def _add_analysis_commands(sub) -> None:
@@ -236,6 +315,35 @@ def _add_analysis_commands(sub) -> None:
     stats.set_defaults(func=_stats)
 
 
+def _add_prune_command(sub) -> None:
+    from perfmodel.store.prune import DEFAULT_KEEP
+
+    prune = sub.add_parser(
+        "prune", help="remove old run files and fits, keeping what the code and the gate use",
+        description="Per device (and per profile), keep the newest KEEP run files, the run "
+                    "files the baselines were computed from, the newest fit of each thread "
+                    "count (the one the code picks), every fit a baseline names, and the run "
+                    "files the kept fits were trained on; remove the other run files and "
+                    "fits. Prints what it keeps and removes and the bytes freed. Spec, "
+                    "baselines, overheads, traces and reports are left alone.")
+    _results(prune)
+    prune.add_argument("--device", default=None,
+                       help="device key, a folder under RESULTS (default: every device)")
+    prune.add_argument("--keep", type=int, default=DEFAULT_KEEP,
+                       help=f"newest run files kept per device and profile "
+                            f"(default: {DEFAULT_KEEP})")
+    prune.add_argument("--dry-run", action="store_true",
+                       help="print what would be removed; change nothing")
+    prune.add_argument("--drop-fit-runs", action="store_true",
+                       help="do not keep the run files the kept fits were trained on (beyond "
+                            "the newest KEEP): the next session that needs a fit refits on "
+                            "the runs left, and baselines naming the old fit stop matching")
+    prune.add_argument("--compress-fits", action="store_true",
+                       help="also rewrite the kept fits saved uncompressed (by an older "
+                            "perfmodel) with compressed arrays; predictions are unchanged")
+    prune.set_defaults(func=_prune)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="perfmodel", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -276,21 +384,27 @@ def build_parser() -> argparse.ArgumentParser:
                     "predicted vs measured, error CDFs, E2E table and breakdown, iteration "
                     "timelines, collective bandwidth. The figures are also written as PNG "
                     "beside it. Nothing is measured.")
-    _stored(report)
+    _stored(report, default_device="this machine's device when RESULTS holds its results")
     report.add_argument("--profile", default=None,
                         help="profile of the E2E records and baseline (default: the newest "
                              "run's)")
     report.add_argument("--out", default=None,
                         help="HTML file to write (default: RESULTS/<device-key>/report/index.html)")
     report.set_defaults(func=_report)
+    _add_prune_command(sub)
     _add_analysis_commands(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    from perfmodel.extras import MissingExtra
+
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except MissingExtra as exc:  # its message is the whole line
+        print(str(exc), file=sys.stderr)
+        return 2
     except (ValueError, RuntimeError, OSError) as exc:
         print(f"perfmodel {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -12,7 +12,6 @@ the same configs.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 from dataclasses import asdict, dataclass, field
@@ -30,10 +29,11 @@ from perfmodel.ops.base import DTYPE_BYTES
 from perfmodel.ops.collective import HOST_CPU, LOADED
 from perfmodel.fit.comm_model import CommRegressor, comm_features
 from perfmodel.fit.predictors import (EfficiencyRegressor, EmbeddingLookupRegressor,
-                                  RooflineRegressor, ShapeRegressor, load_predictor,
-                                  save_predictor)
+                                  RooflineRegressor, ShapeRegressor, compress_predictor_files,
+                                  load_predictor, save_predictor)
 from perfmodel.plaindata import is_seconds, write_json_atomic
-from perfmodel.store.results import ResultStore
+from perfmodel.store import paths
+from perfmodel.store.results import ResultStore, data_id
 
 #: Dtypes with their own compute-rate column in the roofline features.
 COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
@@ -223,9 +223,7 @@ class FitReport:
     def data_id(self) -> str:
         """A fingerprint of the measurements this fit was trained on (16 hex digits,
         "" without recorded runs): equal ids mean the same training data."""
-        if not self.data_runs:
-            return ""
-        return hashlib.sha256("\n".join(sorted(self.data_runs)).encode()).hexdigest()[:16]
+        return data_id(self.data_runs)
 
     def predictor(self, op: str, direction: str) -> OpPredictor:
         try:
@@ -503,15 +501,15 @@ def save_fit(report: FitReport, store: ResultStore, run_id: str,
     """Write the fitted predictors and their accuracy under ``predictors/<run_id>/``;
     ``data_runs`` names the run files the fit was trained on. The index records
     ``report.threads``, so that :func:`load_latest_fit` can ask for a thread count."""
-    folder = store.predictors_dir / run_id
+    folder = store.fit_dir(run_id)
     entries = []
     for (op, direction), predictor in sorted(report.predictors.items()):
         stem = f"{op}-{direction}"
-        save_predictor(predictor.estimator, folder / stem)
+        save_predictor(predictor.estimator, paths.fit_member(folder, stem))
         entries.append({"op": op, "direction": direction, "kind": predictor.kind, "stem": stem,
                         "candidate_kinds": list(candidate_kinds(get_op(op), direction)),
                         "accuracy": asdict(report.accuracy[(op, direction)])})
-    write_json_atomic(folder / "index.json", {"schema": INDEX_SCHEMA, "run_id": run_id,
+    write_json_atomic(paths.fit_index(folder), {"schema": INDEX_SCHEMA, "run_id": run_id,
                                               "device_key": store.device_key,
                                               "data_runs": sorted(data_runs),
                                               "threads": report.threads,
@@ -523,7 +521,7 @@ def save_fit(report: FitReport, store: ResultStore, run_id: str,
 
 def load_fit(folder: Path) -> FitReport:
     """Read a folder written by :func:`save_fit`; ValueError naming the file otherwise."""
-    index_path = folder / "index.json"
+    index_path = paths.fit_index(folder)
     try:
         index = json.loads(index_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -551,10 +549,11 @@ def load_fit(folder: Path) -> FitReport:
             get_op(key[0])
             if kind not in PREDICTOR_KINDS or not isinstance(stem, str) or "/" in stem:
                 raise ValueError(f"bad kind {kind!r} or file stem {stem!r}")
+            member = paths.fit_member(folder, stem)
             report.accuracy[key] = OpAccuracy(**entry["accuracy"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{index_path}: bad entry {entry!r} ({exc})") from None
-        estimator = load_predictor(folder / stem)
+        estimator = load_predictor(member)
         stale = (_stale_features(kind, *key, estimator)
                  or _stale_candidates(key, entry.get("candidate_kinds")))
         if stale:
@@ -564,6 +563,23 @@ def load_fit(folder: Path) -> FitReport:
             continue
         report.predictors[key] = OpPredictor(*key, kind, estimator)
     return report
+
+
+def compress_fit(folder: Path) -> tuple[int, int]:
+    """Rewrite the arrays of a fit saved uncompressed (by an older perfmodel)
+    compressed, predictions unchanged; (bytes of its arrays before, after).
+    ValueError naming the file when the fit does not read."""
+    index_path = paths.fit_index(folder)
+    try:
+        entries = json.loads(index_path.read_text(encoding="utf-8"))["entries"]
+        stems = [paths.fit_member(folder, entry["stem"]) for entry in entries]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{index_path}: cannot read predictor index ({exc})") from None
+    before = after = 0
+    for stem in stems:
+        old, new = compress_predictor_files(stem)
+        before, after = before + old, after + new
+    return before, after
 
 
 def _stale_features(kind: str, op_name: str, direction: str, estimator) -> str | None:
@@ -598,11 +614,7 @@ def load_latest_fit(store: ResultStore, threads: int | None = None
     With ``threads``, the newest fit trained on CPU measurements taken with that
     many torch threads; fits saved without a thread count never match it."""
     problems: list[str] = []
-    if not store.predictors_dir.is_dir():
-        return None, problems
-    for folder in sorted(store.predictors_dir.iterdir(), reverse=True):
-        if not folder.is_dir():
-            continue
+    for folder in reversed(paths.fit_dirs(store.dir)):
         try:
             fit = load_fit(folder)
         except ValueError as exc:

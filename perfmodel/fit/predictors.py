@@ -28,6 +28,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from perfmodel.plaindata import write_bytes_atomic
+from perfmodel.store.paths import predictor_files
 
 __all__ = [
     "MIN_SECONDS",
@@ -823,18 +824,19 @@ PREDICTOR_TYPES: dict[str, type] = {
 
 def _predictor_paths(path_stem: Path | str) -> tuple[Path, Path]:
     """``<stem>.json`` and ``<stem>.npz`` (the stem may itself contain dots)."""
-    stem = Path(path_stem)
-    return stem.with_name(stem.name + ".json"), stem.with_name(stem.name + ".npz")
+    return predictor_files(Path(path_stem))
 
 
 def save_predictor(pred, path_stem: Path | str) -> tuple[Path, Path]:
-    """Write a fitted predictor to ``<stem>.json`` and ``<stem>.npz``; return both paths."""
+    """Write a fitted predictor to ``<stem>.json`` and ``<stem>.npz`` (a compressed
+    archive; :func:`load_predictor` reads compressed and uncompressed ones); return
+    both paths."""
     if type(pred) not in PREDICTOR_TYPES.values():
         raise ValueError(f"cannot save {type(pred).__name__}: not in PREDICTOR_TYPES")
     meta, arrays = pred.get_state()
     json_path, npz_path = _predictor_paths(path_stem)
     buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
+    np.savez_compressed(buffer, **arrays)
     npz_bytes = buffer.getvalue()
     document = {
         "format": _FILE_FORMAT,
@@ -846,6 +848,36 @@ def save_predictor(pred, path_stem: Path | str) -> tuple[Path, Path]:
     write_bytes_atomic(npz_path, npz_bytes)
     write_bytes_atomic(json_path, text.encode("utf-8"))
     return json_path, npz_path
+
+
+def compress_predictor_files(path_stem: Path | str) -> tuple[int, int]:
+    """Rewrite a predictor saved uncompressed (before compressed saves) with its
+    arrays compressed, bit for bit the same, and the new checksum in its metadata;
+    (bytes of ``<stem>.npz`` before, after). A compressed one is left as it is.
+    ValueError naming the file when the pair does not load."""
+    json_path, npz_path = _predictor_paths(path_stem)
+    try:
+        data = npz_path.read_bytes()
+        document = json.loads(json_path.read_text(encoding="utf-8"),
+                              parse_constant=_reject_json_constant)
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            stored = [i for i in archive.infolist() if i.compress_type == zipfile.ZIP_STORED]
+    except (OSError, ValueError, UnicodeDecodeError, zipfile.BadZipFile) as exc:
+        raise ValueError(f"{npz_path}: cannot read predictor files: {exc}") from exc
+    if not stored:
+        return len(data), len(data)
+    if not isinstance(document, dict) or document.get("npz_sha256") != \
+            hashlib.sha256(data).hexdigest():
+        raise ValueError(f"{npz_path}: sha256 does not match {json_path}; left as it is")
+    arrays = _read_npz_arrays(npz_path, data)
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    packed = buffer.getvalue()
+    document["npz_sha256"] = hashlib.sha256(packed).hexdigest()
+    text = json.dumps(document, allow_nan=False, indent=2, sort_keys=True) + "\n"
+    write_bytes_atomic(npz_path, packed)
+    write_bytes_atomic(json_path, text.encode("utf-8"))
+    return len(data), len(packed)
 
 
 def _reject_json_constant(name: str):

@@ -9,6 +9,7 @@ from typing import Callable
 
 from perfmodel.plaindata import write_bytes_atomic
 from perfmodel.report import html
+from perfmodel.store import paths
 from perfmodel.report.data import (ReportData, collective_curves, load_report_data, op_points,
                                    resolve_device_key)
 
@@ -17,7 +18,7 @@ Progress = Callable[[str], None]
 
 def default_report_path(results_root: Path, device_key: str) -> Path:
     """``results/<device-key>/report/index.html``."""
-    return results_root / device_key / "report" / "index.html"
+    return paths.report_index(paths.device_dir(results_root, device_key))
 
 
 def build_report(results_root: Path | str, device: str | None = None,
@@ -32,8 +33,10 @@ def build_report(results_root: Path | str, device: str | None = None,
     accuracy thresholds and the gate policy (default: the defaults).
     :class:`~perfmodel.report.data.ReportError` when there is nothing to report.
     """
+    from perfmodel.extras import require
     from perfmodel.settings import Settings
 
+    require("matplotlib", "report")  # before any work: one line naming the extra
     say = progress or (lambda _: None)
     root = Path(results_root)
     say(f"loading results under {root}…")
@@ -67,7 +70,7 @@ class _Figures:
         from perfmodel.report.plots import png_bytes
 
         png = png_bytes(fig)
-        write_bytes_atomic(self.folder / f"{stem}.png", png)
+        write_bytes_atomic(paths.figure_file(self.folder, stem), png)
         return html.image(png, alt)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from perfmodel.report.stats import values_by_run
+from perfmodel.store import paths
 
 
 def resolve(arg: str, results_root: Path, device_key: str | None) -> tuple[str, Path | str]:
@@ -28,13 +29,15 @@ def resolve(arg: str, results_root: Path, device_key: str | None) -> tuple[str, 
         return "run", path
     if path.suffix == ".json" and path.is_file():
         return "baseline", path
-    if "/" not in arg and (results_root / arg / "runs").is_dir():
+    if "/" not in arg and arg not in (".", "..") \
+            and paths.runs_dir(paths.device_dir(results_root, arg)).is_dir():
         return "device", arg
-    if device_key is not None:
-        run = results_root / device_key / "runs" / f"{arg}.jsonl"
+    runs = paths.runs_dir(paths.device_dir(results_root, device_key)) if device_key else None
+    if device_key is not None and "/" not in arg and arg not in (".", ".."):
+        run = paths.run_file(paths.device_dir(results_root, device_key), arg)
         if run.is_file():
             return "run", run
-    where = f" or a run id under {results_root / device_key / 'runs'}" if device_key else ""
+    where = f" or a run id under {runs}" if device_key else ""
     raise ValueError(f"{arg!r} is not a run file (.jsonl), a baseline file (.json), a device "
                      f"key under {results_root}{where}")
 
@@ -79,7 +82,8 @@ def _device_records(results_root: Path, key: str, profile: str) -> list[dict]:
     records = [r for r in ResultStore(results_root, key).load().records
                if r.get("profile") == profile]
     if not records:
-        raise ValueError(f"no records of profile {profile} under {results_root / key / 'runs'}")
+        raise ValueError(f"no records of profile {profile} under "
+                         f"{paths.runs_dir(paths.device_dir(results_root, key))}")
     return records
 
 

@@ -15,10 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from perfmodel.device.datasheet import DATASHEET
-from perfmodel.device.probe import DEVICE_FILE, cpu_device_key
+from perfmodel.device.probe import cpu_device_key
 from perfmodel.device.spec import DeviceSpec, parse_device
 from perfmodel.fit.fitting import FitReport, load_latest_fit, samples_from_records
 from perfmodel.gate.baseline import Baseline, load_baseline
+from perfmodel.store import paths
 from perfmodel.store.results import ResultStore
 
 #: Collective ops whose measurement records the bandwidth plot draws.
@@ -66,8 +67,7 @@ def resolve_device_key(root: Path, device: str | None) -> str:
     there when ``device`` is None. :class:`ReportError` otherwise."""
     if not root.is_dir():
         raise ReportError(f"no results folder at {root}")
-    found = sorted(p.name for p in root.iterdir()
-                   if (p / "runs").is_dir() or (p / "predictors").is_dir())
+    found = paths.device_keys(root)
     if device is None:
         if len(found) == 1:
             return found[0]
@@ -76,7 +76,7 @@ def resolve_device_key(root: Path, device: str | None) -> str:
                               f"<device-key>/predictors folder)")
         raise ReportError(f"several devices under {root}: {', '.join(found)}; "
                           f"pick one with --device")
-    if (root / device).is_dir():
+    if "/" not in device and (root / device).is_dir():
         return device
     try:
         kind, index = parse_device(device)
@@ -89,7 +89,7 @@ def resolve_device_key(root: Path, device: str | None) -> str:
         from perfmodel.device.probe import detect_device
 
         key = detect_device(device).key
-    if not (root / key).is_dir():
+    if not paths.device_dir(root, key).is_dir():
         raise ReportError(f"no results for device {key} under {root} "
                           f"(found: {', '.join(found) or 'none'})")
     return key
@@ -133,7 +133,7 @@ def stored_spec(store: ResultStore) -> tuple[DeviceSpec | None, str | None]:
     else None; and a problem line when ``device.json`` is unreadable."""
     import json
 
-    path = store.dir / DEVICE_FILE
+    path = store.spec_file
     if path.is_file():
         try:
             return DeviceSpec.from_dict(json.loads(path.read_text(encoding="utf-8"))), None

@@ -40,7 +40,9 @@ def colour(category: str) -> str:
 
 
 def _figure(width_in: float, height_in: float) -> Figure:
-    from matplotlib.figure import Figure
+    from perfmodel.extras import require
+
+    Figure = require("matplotlib.figure", "report").Figure  # noqa: N806
 
     return Figure(figsize=(width_in, height_in), dpi=DPI)
 

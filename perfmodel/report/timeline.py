@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
-from perfmodel.e2e.single import traces_dir
 from perfmodel.trace.graph import Graph, build_graph
 from perfmodel.ops import OPS
 from perfmodel.simulate.predict import predict_graph
+from perfmodel.store import paths
 from perfmodel.trace.parse import Trace, TraceFiles, load_trace
 
 
@@ -30,9 +30,7 @@ class Span(NamedTuple):
 def stored_trace_files(results_dir: Path, workload: str) -> TraceFiles | None:
     """The trace files of ``workload`` under ``results_dir/traces``, or None when
     its execution trace or Kineto trace is missing."""
-    folder = traces_dir(results_dir)
-    files = TraceFiles(folder / f"{workload}.et.json", folder / f"{workload}.kineto.json",
-                       folder / f"{workload}.calibration.json")
+    files = TraceFiles(*paths.trace_files(paths.traces_dir(results_dir), workload))
     return files if files.et.is_file() and files.kineto.is_file() else None
 
 

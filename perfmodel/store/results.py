@@ -1,11 +1,7 @@
 """Results store: ``results/<device-key>/``, one immutable JSON Lines file per run.
 
-Layout::
-
-    results/<device-key>/device.json            measured CPU spec (cache)
-    results/<device-key>/runs/<run-id>.jsonl    header line, then one record per line
-    results/<device-key>/predictors/<run-id>/   fitted predictors (JSON + .npz)
-    results/<device-key>/baseline-<profile>.json  E2E error baseline of a profile, for the gate
+Run files live in ``results/<device-key>/runs/<run-id>.jsonl``; every path of
+the folder is named by :mod:`perfmodel.store.paths`.
 
 A run appends and flushes each record as it is produced, so a run that dies
 loses at most the line it was writing. Readers merge every run file, and a
@@ -15,6 +11,7 @@ Only JSON is read; nothing loaded from here can execute code.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -22,7 +19,9 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Iterable
+
+from perfmodel.store import paths
 
 SCHEMA_VERSION = 1
 
@@ -33,6 +32,16 @@ _REQUIRED = {
     "e2e": {"workload": str, "measured_s": float, "predicted_s": float, "error": float,
             "env": dict},
 }
+
+
+def data_id(run_ids: Iterable[str]) -> str:
+    """A fingerprint of a set of run files (16 hex digits, "" for none): the id of
+    a fit's training data (:attr:`perfmodel.fit.fitting.FitReport.data_id`), which
+    baselines name."""
+    runs = sorted(run_ids)
+    if not runs:
+        return ""
+    return hashlib.sha256("\n".join(runs).encode()).hexdigest()[:16]
 
 
 def new_run_id() -> str:
@@ -86,19 +95,48 @@ class ResultStore:
     def __init__(self, root: Path | str, device_key: str):
         self.root = Path(root)
         self.device_key = device_key
-        self.dir = self.root / device_key
+        self.dir = paths.device_dir(self.root, device_key)
 
     @property
     def runs_dir(self) -> Path:
-        return self.dir / "runs"
+        return paths.runs_dir(self.dir)
+
+    def run_file(self, run_id: str) -> Path:
+        return paths.run_file(self.dir, run_id)
 
     def baseline_path(self, profile: str) -> Path:
         """The E2E baseline of ``profile`` (workload sizes differ per profile)."""
-        return self.dir / f"baseline-{profile}.json"
+        return paths.baseline_file(self.dir, profile)
 
     @property
     def predictors_dir(self) -> Path:
-        return self.dir / "predictors"
+        return paths.predictors_dir(self.dir)
+
+    def fit_dir(self, run_id: str) -> Path:
+        """The folder of the fit saved by run ``run_id``."""
+        return paths.fit_dir(self.dir, run_id)
+
+    @property
+    def spec_file(self) -> Path:
+        return paths.spec_file(self.dir)
+
+    @property
+    def traces_dir(self) -> Path:
+        return paths.traces_dir(self.dir)
+
+    @property
+    def overheads_dir(self) -> Path:
+        return paths.overheads_dir(self.dir)
+
+    def stability_file(self, run_id: str) -> Path:
+        return paths.stability_file(self.dir, run_id)
+
+    def drift_file(self, run_id: str) -> Path:
+        return paths.drift_file(self.dir, run_id)
+
+    @property
+    def report_index(self) -> Path:
+        return paths.report_index(self.dir)
 
     def open_run(self, env: dict, profile: str | None = None, run_id: str | None = None) -> RunWriter:
         """Start a new run file; its header carries the schema version and ``env``."""
@@ -106,14 +144,12 @@ class ResultStore:
         header = {"kind": "header", "schema": SCHEMA_VERSION, "run_id": run_id,
                   "device_key": self.device_key, "created_unix_s": time.time(),
                   "profile": profile, "env": env}
-        return RunWriter(self.runs_dir / f"{run_id}.jsonl", header)
+        return RunWriter(self.run_file(run_id), header)
 
     def load(self, kind: str | None = None) -> LoadResult:
         """Merge the records of every run file (of ``kind`` when given)."""
         result = LoadResult()
-        if not self.runs_dir.is_dir():
-            return result
-        for path in sorted(self.runs_dir.glob("*.jsonl")):
+        for path in paths.run_files(self.dir):
             records, problems = read_run_file(path, self.device_key)
             result.records.extend(r for r in records if kind is None or r["kind"] == kind)
             result.problems.extend(problems)

@@ -10,13 +10,13 @@ A capture writes three files next to each other:
   streams and the runtime launches that correlate them to CPU ops);
 - ``<name>.calibration.json``: the profiler's own cost per recorded op on
   this device (seconds), measured at capture time, and on CUDA its cost per
-  kernel launch (CUPTI's, on top: on an H200 the host-bound workloads' traced
-  iterations ran 1.0-2.8 µs per op and runtime call longer than unprofiled).
+  kernel launch (CUPTI's, on top: it makes a host-bound workload's traced
+  iteration longer than an unprofiled one by a cost per op and runtime call).
 
 The two traces come from separate passes because the execution-trace
-observer costs about 20 µs per op on a CPU (measured on this project's 2-core
-VM), against about 1 µs for the Kineto profiler alone: timings taken under the
-observer would be mostly observer. Each iteration runs inside
+observer costs an order of magnitude more per op than the Kineto profiler
+alone: timings taken under the observer would be mostly observer (measured
+costs: docs/journal/2026-11-22-cpu-amd-epyc-2c.md). Each iteration runs inside
 ``record_function(ITERATION_MARK)``; the ET iteration is aligned op by op with
 the last Kineto iteration. :func:`load_trace` parses and validates the files;
 anything malformed raises :class:`TraceError` naming the file and the node or
@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from perfmodel.plaindata import write_json_atomic
+from perfmodel.store import paths as store_paths
 
 #: Name of the ``record_function`` scope around each captured iteration.
 ITERATION_MARK = "perfmodel::iteration"
@@ -276,8 +277,7 @@ def capture_trace(step: Callable[[], object], out_dir: Path, name: str, iteratio
     if iterations < 1:
         raise ValueError(f"iterations must be >= 1, got {iterations}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    files = TraceFiles(out_dir / f"{name}.et.json", out_dir / f"{name}.kineto.json",
-                       out_dir / f"{name}.calibration.json")
+    files = TraceFiles(*store_paths.trace_files(out_dir, name))
     scratch = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=out_dir))
     try:
         paths = (files.et, files.kineto, files.calibration)
