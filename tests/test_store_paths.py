@@ -36,9 +36,6 @@ RESERVED_PATTERNS = (
 PENDING = {
     "pytest_perfmodel/plugin.py": {"results"},           # paths.default_root(config.rootpath)
     "perfmodel/session.py": {"results", "stability"},   # paths.DEFAULT_ROOT, store.stability_file
-    "perfmodel/e2e/single.py": {"traces", "overheads"},  # paths.traces_dir, paths.overheads_dir
-    "perfmodel/e2e/ranks.py": {".et.json", ".kineto.json", ".calibration.json"},
-    "perfmodel/device/probe.py": {"device.json", "device-"},
 }
 
 

@@ -18,10 +18,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
+from perfmodel.store import paths as store_paths
 from perfmodel.plaindata import write_json_atomic
 from perfmodel.device.spec import DeviceSpec, _MAX_KEY_LEN, _is_int, parse_device, slugify
 from perfmodel.device.datasheet import _FALLBACK_CLOCK_HZ, _FP32_LANES_PER_SM, _TENSOR_RATIOS, match_datasheet
-DEVICE_FILE = "device.json"
+DEVICE_FILE = store_paths.SPEC_FILE
 _KIB, _MIB = 1024, 1024 * 1024
 _TERA, _GIGA = 1e12, 1e9
 
@@ -351,8 +352,9 @@ def detect_device(
     effective_threads = threads if threads is not None else torch.get_num_threads()
     if results_dir is None:
         return measure_cpu_spec(threads=effective_threads)
-    folder = Path(results_dir) / cpu_device_key()
-    main_path, own_path = folder / DEVICE_FILE, folder / f"device-{effective_threads}threads.json"
+    folder = store_paths.device_dir(results_dir, cpu_device_key())
+    main_path = store_paths.spec_file(folder)
+    own_path = store_paths.threads_spec_file(folder, effective_threads)
     main = _load_cached_cpu_spec(main_path, cpu_device_key())
     for cached in (main, _load_cached_cpu_spec(own_path, cpu_device_key())):
         if cached is not None and cached.threads == effective_threads:
@@ -360,7 +362,7 @@ def detect_device(
     spec = measure_cpu_spec(threads=effective_threads)
     keep_main = main is not None and (main.threads or 0) > effective_threads
     if main is not None and not keep_main and main.threads:
-        displaced = folder / f"device-{main.threads}threads.json"
+        displaced = store_paths.threads_spec_file(folder, main.threads)
         if not displaced.exists():
             write_json_atomic(displaced, main.to_dict())
     write_json_atomic(own_path if keep_main else main_path, spec.to_dict())

@@ -67,6 +67,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
+from perfmodel.store import paths as store_paths
 from perfmodel.measure.contention import Contention, measure_contention
 from perfmodel.measure.drift import HostDrift, HostSpeed, measure_host_speed
 from perfmodel.e2e.single import (MEASURE, TRACE_ITERATIONS, TRACE_WARMUP, E2EResult,
@@ -479,8 +480,7 @@ def result_record(label: str, graphs: list[Graph], fit, table: OverheadTable,
 
 
 def _files(directory: Path, name: str) -> TraceFiles:
-    return TraceFiles(directory / f"{name}.et.json", directory / f"{name}.kineto.json",
-                      directory / f"{name}.calibration.json")
+    return TraceFiles(*store_paths.trace_files(directory, name))
 
 
 def _parser() -> argparse.ArgumentParser:

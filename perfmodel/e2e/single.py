@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from perfmodel.store import paths as store_paths
 from perfmodel.trace.graph import Graph, build_graph
 from perfmodel.trace.overheads import (OverheadTable, load_all_samples, load_samples,
                                  samples_from_graph, save_samples, table_from_samples,
@@ -212,12 +213,12 @@ def measure_iteration(step: Callable[[], object], items: int, warmup: int = 10, 
 
 def traces_dir(results_dir: Path) -> Path:
     """Where a device's captured traces go (``results/<device-key>/traces``)."""
-    return results_dir / "traces"
+    return store_paths.traces_dir(results_dir)
 
 
 def overheads_dir(results_dir: Path) -> Path:
     """Where a device's per-workload overhead samples go."""
-    return results_dir / "overheads"
+    return store_paths.overheads_dir(results_dir)
 
 
 def capture_graph(step: Callable[[], object], out_dir: Path, name: str, device: str) -> Graph:
@@ -235,12 +236,12 @@ def trace_workload(name: str, step: Callable[[], object], results_dir: Path, dev
     :data:`~perfmodel.trace.overheads.LEAF_TRACES` traces (an unreadable earlier file is
     kept beside it as ``<name>.json.unreadable``, with a warning)."""
     graph = capture_graph(step, traces_dir(results_dir), name, device)
-    path = overheads_dir(results_dir) / f"{name}.json"
+    path = store_paths.overhead_file(results_dir, name)
     try:
         earlier = load_samples(path) if path.is_file() else None
     except ValueError as exc:
         earlier = None
-        kept = path.with_name(path.name + ".unreadable")
+        kept = store_paths.unreadable_copy(path)
         path.replace(kept)
         warnings.warn(f"{exc}; kept as {kept}, starting {name}'s samples afresh", stacklevel=2)
     save_samples(path, with_earlier_leaves(samples_from_graph(name, graph, bandwidth_B_per_s),
