@@ -16,6 +16,12 @@ perfmodel stored for the item.
 pytest-benchmark is an output channel, not a driver: with ``-p no:benchmark``,
 ``--benchmark-disable`` or ``--benchmark-skip`` the items measure and store
 as usual and nothing is reported to it.
+
+Its table leaves out the microbench items unless ``--perfmodel-benchmark-table``
+(or pytest-benchmark's ``--benchmark-enable``) asks for them
+(:func:`pytest_sessionfinish`): a sweep's hundreds of rows would bury the
+perfmodel summary. Its JSON, saved runs and ``--benchmark-compare`` are
+unchanged.
 """
 
 from __future__ import annotations
@@ -54,3 +60,35 @@ def feed_benchmark(request: pytest.FixtureRequest, measurements) -> bool:
     for sample in samples:
         metadata.stats.update(sample)  # already seconds per call: not divided again
     return True
+
+
+def table_wanted(config: pytest.Config) -> bool:
+    """Whether pytest-benchmark's table shows the microbench items."""
+    return bool(config.getoption("perfmodel_benchmark_table", False)
+                or config.getoption("benchmark_enable", False))
+
+
+def hide_perfmodel_rows(bench_session) -> None:
+    """Take the rows fed by :func:`feed_benchmark` out of the table that
+    pytest-benchmark's session ``bench_session`` is about to print (its JSON
+    and saved runs are written by then). When no other row is left, its table
+    is turned off instead (``quiet``), so that ``--benchmark-compare-fail``
+    still fails the run on a regression."""
+    groups = getattr(bench_session, "groups", None)
+    if not groups:
+        return
+    kept = [(name, [b for b in rows if "perfmodel" not in (b.get("extra_info") or {})])
+            for name, rows in groups]
+    kept = [(name, rows) for name, rows in kept if rows]
+    if kept:
+        bench_session.groups = kept
+    else:
+        bench_session.quiet = True
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """After pytest-benchmark has saved its data (its hook wraps this one) and
+    before it prints its table: hide the microbench rows unless wanted."""
+    bench_session = getattr(session.config, "_benchmarksession", None)
+    if bench_session is not None and not table_wanted(session.config):
+        hide_perfmodel_rows(bench_session)

@@ -1,4 +1,5 @@
-"""pytest side of multi-rank runs (the logic lives in :mod:`perfmodel.world`).
+"""pytest side of multi-rank runs (the logic lives in :mod:`perfmodel.world`;
+collectives are measured by :func:`perfmodel.session.benchmark_collective`).
 
 - ``--perfmodel-ranks N`` re-runs the same pytest command under ``mpiexec -n N``
   and exits with its status.
@@ -25,7 +26,10 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.world import DEFAULT_TIMEOUT_S, launcher_world, local_ranks, mpi_world, mpiexec_path, threads_per_rank
+from perfmodel.session import Unavailable, default_threads
+from perfmodel.world import (DEFAULT_TIMEOUT_S, launcher_world, local_ranks, mpi_world,
+                             mpiexec_path, threads_per_rank)
+from pytest_perfmodel.keys import SESSION_KEY
 
 _SYNCED = pytest.StashKey[bool]()
 #: whether the session measures microbenchmarks other than collectives (on any rank)
@@ -85,9 +89,6 @@ def pytest_cmdline_main(config: pytest.Config):
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
-    from pytest_perfmodel.plugin import SESSION_KEY
-    from pytest_perfmodel.session import default_threads
-
     pm = config.stash.get(SESSION_KEY, None)
     if pm is None:
         return
@@ -193,8 +194,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Before a sharded sweep, rank 0 times the host's speed while the other
     ranks wait, and every rank stores that sample with its records (timed
     during the sweep, it would be timed beside the other ranks' work)."""
-    from pytest_perfmodel.plugin import SESSION_KEY
-
     config = session.config
     pm = config.stash.get(SESSION_KEY, None)
     if pm is None or not config.stash.get(_SWEEPS, False) or config.option.collectonly:
@@ -202,7 +201,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     def timed() -> dict | None:
         try:
             return pm.host_speed()
-        except pytest.skip.Exception:  # the device is unavailable: its items skip
+        except Unavailable:  # the device is unavailable: its items skip
             return None
 
     world = mpi_world()
@@ -234,20 +233,3 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
         shutdown_distributed()
 
-
-def benchmark_collective(pm, case) -> None:
-    """Measure collective ``case`` on every rank; rank 0 stores the records.
-    Skips a case written for another world size."""
-    from perfmodel.measure.bench import REPLICATES
-    from perfmodel.measure.collectives import collective_record, measure_collective
-    from perfmodel.world import init_distributed
-
-    world = mpi_world()
-    wanted = case.params["world_size"]
-    if wanted != world.size:
-        pytest.skip(f"{case.id}: needs {wanted} ranks, this run has {world.size} "
-                    f"(run it with mpiexec -n {wanted} or --perfmodel-ranks {wanted})")
-    world = init_distributed(pm.torch_device, world.timeout_s)
-    settings = pm.collective_timer_settings
-    for replicate, result in enumerate(measure_collective(case, world, settings, REPLICATES)):
-        pm._append(collective_record(case, result, replicate, pm.env))

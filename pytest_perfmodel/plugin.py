@@ -10,15 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.measure.bench import BUDGET_S, COLLECTIVE_BUDGET_S
 from perfmodel.ops import PROFILES, cases_for, get_op
+from perfmodel.session import Options
+from pytest_perfmodel.keys import SESSION_KEY
 from pytest_perfmodel.options import check_options
-from pytest_perfmodel.session import Options, PerfmodelSession, default_threads
+from pytest_perfmodel.session import PerfmodelSession, as_pytest_outcome
 
-SESSION_KEY = pytest.StashKey[PerfmodelSession]()
-#: Multi-rank runs (--perfmodel-ranks, sharding, quiet non-zero ranks) and the
-#: pytest-xdist hooks that send each worker's results to the controller.
-pytest_plugins = ["pytest_perfmodel.distributed", "pytest_perfmodel.workers"]
+#: Multi-rank runs (--perfmodel-ranks, sharding, quiet non-zero ranks), the
+#: pytest-xdist hooks that send each worker's results to the controller, and
+#: what pytest-benchmark shows of the microbench items.
+pytest_plugins = ["pytest_perfmodel.distributed", "pytest_perfmodel.workers",
+                  "pytest_perfmodel.benchmark_interop"]
 
 MARKERS = {
     "microbench": "microbenchmark of one op config; writes measurements to the results store",
@@ -68,6 +70,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--perfmodel-report", action="store_true",
                     help="at the end of the session, write the HTML report of the stored "
                          "results to results/<device-key>/report/index.html")
+    group.addoption("--perfmodel-benchmark-table", action="store_true",
+                    help="print pytest-benchmark's table of the microbench items (off by "
+                         "default; --benchmark-json, --benchmark-save and compare work "
+                         "without it)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -75,15 +81,11 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {text}")
     bias, settings = check_options(config)
     opt = config.option
-    threads = default_threads() if opt.perfmodel_threads is None else opt.perfmodel_threads
-    profile = opt.perfmodel_profile
-    budget = BUDGET_S[profile] if opt.perfmodel_budget is None else opt.perfmodel_budget
-    collective_budget = (COLLECTIVE_BUDGET_S[profile] if opt.perfmodel_budget is None
-                         else opt.perfmodel_budget)
     root = Path(opt.perfmodel_results) if opt.perfmodel_results else config.rootpath / "results"
-    options = Options(opt.perfmodel_device, profile, root.resolve(), threads,
-                      opt.perfmodel_save_baseline, budget, opt.perfmodel_target_ci,
-                      opt.perfmodel_cold_cache, bias, collective_budget)
+    # None (an option left out) picks the profile's default budgets and the usable cores
+    options = Options(opt.perfmodel_device, opt.perfmodel_profile, root.resolve(),
+                      opt.perfmodel_threads, opt.perfmodel_save_baseline, opt.perfmodel_budget,
+                      opt.perfmodel_target_ci, opt.perfmodel_cold_cache, bias)
     config.stash[SESSION_KEY] = PerfmodelSession(options, settings, config.rootpath)
 
 
@@ -199,6 +201,21 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    """A fixture's call into the session that cannot run here skips the item;
+    a failed check fails it (:func:`~pytest_perfmodel.session.as_pytest_outcome`)."""
+    with as_pytest_outcome():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """The item's call into the session: as in :func:`pytest_runtest_setup`."""
+    with as_pytest_outcome():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtestloop(session: pytest.Session):
     """After the items: close the run file and gate once, in the process that
     reports. Under ``--collect-only`` nothing ran, so there is nothing to gate;
@@ -219,6 +236,7 @@ def pytest_runtestloop(session: pytest.Session):
     return result
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-benchmark's table: the verdict ends the session
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     pm = config.stash.get(SESSION_KEY, None)
     if pm is not None and pm.device_unavailable:

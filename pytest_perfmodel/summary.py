@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 import textwrap
 
-from perfmodel.ops.collective import HOST_CPU, LOADED
-from perfmodel.simulate.predict import furthest_beyond
 from perfmodel.measure.timer import WIDE_SPREAD_REL_IQR
-from pytest_perfmodel.session import PerfmodelSession
+from perfmodel.ops.collective import HOST_CPU, LOADED
+from perfmodel.session import Session
+from perfmodel.simulate.predict import furthest_beyond
 
 #: Columns the block fits in. Longer gate warnings (prose) are wrapped; a FAIL
 #: line and a line naming a file stay whole, so they can be searched for.
@@ -44,7 +44,7 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f}ms"
 
 
-def summary_lines(pm: PerfmodelSession, quiet: bool = False) -> list[str]:
+def summary_lines(pm: Session, quiet: bool = False) -> list[str]:
     """Lines to print; with ``quiet`` only failures and warnings."""
     lines: list[str] = []
     if not quiet:
@@ -109,7 +109,7 @@ def summary_lines(pm: PerfmodelSession, quiet: bool = False) -> list[str]:
             lines.append("")
         lines.extend(line for line in pm.gate.lines
                      if not quiet or line.startswith(("FAIL", "WARN")))
-    decision = gate_decision(pm)
+    decision = pm.gate.decision()
     if decision and (not quiet or decision.startswith("FAIL")):
         lines.append(decision)
     return [part for line in lines for part in (
@@ -140,18 +140,3 @@ def geomean(values) -> float:
     """Geometric mean of ``values`` (fractions), each taken as at least 1e-6."""
     values = [max(v, 1e-6) for v in values]
     return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
-def gate_decision(pm: PerfmodelSession) -> str | None:
-    """One line with the gate's decision over its verdicts; None without verdicts."""
-    verdicts = pm.gate.verdicts
-    if not verdicts:
-        return None
-    failed = [v.workload for v in verdicts if v.failed]
-    if failed:
-        return (f"FAIL perfmodel gate: {len(failed)} of {len(verdicts)} workload(s) failed "
-                f"({', '.join(failed)})")  # whole: every name, to be searched for
-    new = sum(v.status == "new" for v in verdicts)
-    extra = f", {new} new (no baseline entry)" if new else ""
-    return (f"perfmodel gate: pass, {len(verdicts) - new} workload(s) within their "
-            f"baseline{extra}")

@@ -1,10 +1,14 @@
-"""End-to-end workloads: measured against predicted iteration time, gated on error."""
+"""End-to-end workloads: measured against predicted iteration time, gated on error.
+
+Every registered single-rank workload runs: the built-in ones and those of
+``perfmodel.workloads`` entry points or ``perfmodel.register_workload`` calls.
+"""
 
 import pytest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.perfmodel_workloads(
-    "mlp_small", "dlrm_random", "dlrm_mlperf", "dlrm_ebag", "dlrm_tbe", "cnn_resnet",
-    "cnn_mobilenet", "transformer_encoder", "transformer_decoder", "hf_gpt2")]
+from perfmodel.workloads import WORKLOADS
+
+pytestmark = [pytest.mark.e2e, pytest.mark.perfmodel_workloads(*WORKLOADS)]
 
 
 def test_e2e(workload, perfmodel_session):

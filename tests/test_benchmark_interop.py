@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_plugin
+from tests.helpers import BASE, GATE_SUITE, plant_baseline, run_plugin
 
 SUITE = """
 import pytest
@@ -48,7 +48,7 @@ def test_json_holds_our_samples_and_statistics(pytester, planted_results):
     results, key = planted_results
     out = run(pytester, results, "--benchmark-json=out.json")
     out.assert_outcomes(passed=1)
-    out.stdout.fnmatch_lines(["*benchmark: 1 tests*", f"*test_microbench?{ONE_CASE}?*"])
+    assert "benchmark: 1 tests" not in out.stdout.str()  # its table only when asked for
     (samples,) = stored_samples(results, key).values()
     (bench,) = json.loads((pytester.path / "out.json").read_text())["benchmarks"]
     assert bench["name"] == f"test_microbench[{ONE_CASE}]"
@@ -87,3 +87,29 @@ def test_measures_and_stores_without_pytest_benchmark(pytester, planted_results,
     assert "not used at all" not in out.stdout.str() + out.stderr.str()
     (samples,) = stored_samples(results, key).values()
     assert samples
+
+
+@pytest.mark.parametrize("args, table", [([], False), (["--perfmodel-benchmark-table"], True),
+                                         (["--benchmark-enable"], True)])
+def test_its_table_only_when_asked_for_and_the_gate_verdict_ends_the_session(
+        pytester, planted_results, args, table):
+    """pytest-benchmark's table of the microbench items shows only with
+    --perfmodel-benchmark-table (or its own --benchmark-enable); either way the
+    perfmodel section comes last, closed by the gate's decision."""
+    results, key = planted_results
+    plant_baseline(results, key, BASE)
+    pytester.makepyfile(test_micro=SUITE, test_gate=GATE_SUITE.format(predicted=0.104))
+    out = run_plugin(pytester, results, "--perfmodel-budget=0.01", "-k",
+                     f"{ONE_CASE} or planted", *args)
+    out.assert_outcomes(passed=2)
+    lines = out.stdout.lines
+    shown = [i for i, line in enumerate(lines) if "benchmark: 1 tests" in line]
+    assert bool(shown) == table
+    if table:
+        out.stdout.fnmatch_lines(["*benchmark: 1 tests*", f"test_microbench?{ONE_CASE}?*"])
+    (section,) = [i for i, line in enumerate(lines) if "= perfmodel =" in line]
+    assert all(i < section for i in shown)
+    # the last group: the perfmodel section, its gate decision, then pytest's final line
+    assert lines[-2:] == ["perfmodel gate: pass, 1 workload(s) within their baseline",
+                          lines[-1]] and "2 passed" in lines[-1]
+    assert not [line for line in lines[section + 1:-1] if line.startswith(("---", "Name ("))]

@@ -4,7 +4,7 @@ and trace shapes map back to the same config."""
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from perfmodel.ops import OPS, PROFILES, cases_for, get_op
+from perfmodel.ops import OPS, PROFILES, OpDef, cases_for, get_op
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -166,3 +166,120 @@ def test_the_gpu_profile_reaches_the_full_size_workloads(name, direction, call):
         return max(need[0] / max(f for f, _ in sizes), need[1] / max(b for _, b in sizes))
 
     assert beyond("gpu") <= BEYOND_FIT_FACTOR < beyond("quick")
+
+
+# -- registering ops (perfmodel.register_op) --------------------------------------------
+
+class _Scaled(OpDef):
+    """A test op: ``x * 2`` over ``N`` float32 elements, named ``aten::mul_scaled``
+    in traces."""
+
+    name, family, params = "scaled_test_op", "test", ("N",)
+    trace_names = ("aten::mul_scaled",)
+
+    def generate_configs(self, profile):
+        return [{"N": 1 << k} for k in range(4, 8)]
+
+    def make_runner(self, params, dtype, direction, device):
+        import torch
+
+        x = torch.randn(params["N"], device=device)
+        return lambda: x * 2
+
+    def flops(self, params, direction):
+        return float(params["N"])
+
+    def bytes_moved(self, params, dtype, direction):
+        return 8.0 * params["N"]
+
+    def params_from_shapes(self, input_shapes):
+        return {"N": input_shapes[0][0]} if len(input_shapes[0]) == 1 else None
+
+
+@pytest.fixture
+def registered():
+    """Names to unregister after the test (the registry is process-wide)."""
+    names = []
+    yield names
+    for name in names:
+        if name in OPS:
+            OPS.unregister(name)
+
+
+def test_builtin_ops_pass_the_registration_checks():
+    from perfmodel.ops import check_opdef, external_ops
+
+    for op in OPS.values():
+        check_opdef(op)
+    assert OPS.source("linear") == "built in" and "linear" not in external_ops()
+
+
+def test_a_registered_op_is_seen_by_every_lookup(registered):
+    from perfmodel.ops import external_ops, register_op
+    from perfmodel.trace.graph import match_node
+    from perfmodel.trace.parse import TraceNode
+
+    op = _Scaled()
+    before = OPS.version
+    assert register_op(op) is op
+    registered.append(op.name)
+    assert get_op(op.name) is op and OPS[op.name] is op and op.name in OPS
+    assert OPS.version != before and external_ops() == (op.name,)
+    assert [c.id for c in cases_for([op.name], "smoke")] == [
+        f"scaled_test_op-forward-float32-N{n}" for n in (16, 32, 64, 128)]
+    node = TraceNode(1, "aten::mul_scaled", 0, {"shapes": [[64]], "types": ["Tensor(float)"]},
+                     {})
+    assert match_node(node) == (op, {"N": 64}, "float32")
+    OPS.unregister(op.name)
+    assert match_node(node) is None and op.name not in OPS  # the trace index follows
+
+
+def test_register_op_refuses_a_taken_name_unless_replacing(registered):
+    from perfmodel.ops import register_op
+
+    first, second = _Scaled(), _Scaled()
+    register_op(first)
+    registered.append(first.name)
+    register_op(first)  # the same definition again changes nothing
+    with pytest.raises(ValueError, match="op 'scaled_test_op' is already registered "
+                                         r"\(registered by a call\).*replace=True"):
+        register_op(second)
+    assert register_op(second, replace=True) is second and get_op(first.name) is second
+    with pytest.raises(ValueError, match=r"op 'relu' is already registered \(built in\)"):
+        register_op(type("Relu2", (_Scaled,), {"name": "relu"})())
+
+
+def test_register_op_works_as_a_class_decorator(registered):
+    from perfmodel.ops import register_op
+
+    @register_op
+    class Decorated(_Scaled):
+        name = "decorated_test_op"
+
+    registered.append("decorated_test_op")
+    assert isinstance(Decorated, type) and type(get_op("decorated_test_op")) is Decorated
+
+
+@pytest.mark.parametrize("bad, message", [
+    (42, r"register_op needs an OpDef instance \(or subclass\), got 42 \(int\)"),
+    ("relu", r"got 'relu' \(str\)"),
+    (type("NoName", (_Scaled,), {"name": ""})(), "has name ''"),
+    (type("Dotted", (_Scaled,), {"name": "a.b"})(), "has name 'a.b'"),
+    (type("BadDir", (_Scaled,), {"directions": ("sideways",)})(),
+     r"op 'scaled_test_op' \(.*BadDir\): directions \('sideways',\) are not among"),
+    (type("BadDtype", (_Scaled,), {"dtypes": ("int3",)})(), r"dtypes \('int3',\)"),
+    (type("StrTrace", (_Scaled,), {"trace_names": "aten::mul"})(),
+     "trace_names 'aten::mul' is not a tuple of strings"),
+    (type("NoRunner", (OpDef,), {"name": "no_runner", "family": "test"})(),
+     "op 'no_runner' .*make_runner is not defined; generate_configs is not defined"),
+    (type("NeedsArgs", (_Scaled,), {"__init__": lambda self, width: None}),
+     "cannot be made without arguments"),
+    (type("Unhashable", (_Scaled,), {"__eq__": lambda self, other: True, "__hash__": None})(),
+     "it is not hashable"),
+])
+def test_register_op_rejects_what_is_not_an_op_definition(bad, message):
+    from perfmodel.ops import register_op
+
+    with pytest.raises(ValueError, match=message):
+        register_op(bad)
+    assert "scaled_test_op" not in OPS and "no_runner" not in OPS

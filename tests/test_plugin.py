@@ -484,7 +484,7 @@ def test_a_profile_sized_for_another_device_is_noted(pytester, planted_results, 
 
 
 def test_profile_notes_name_the_profile_that_fits():
-    from pytest_perfmodel.session import profile_note
+    from perfmodel.session import profile_note
 
     assert "--perfmodel-profile gpu" in profile_note("quick", "cuda")
     assert profile_note("quick", "cpu") is None and profile_note("gpu", "cuda") is None

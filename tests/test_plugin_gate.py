@@ -220,11 +220,11 @@ def test_stability_rounds_run_through_run_rounds(pytester, planted_results):
 
 
 def _session(tmp_path):
+    from perfmodel.session import Options, Session
     from perfmodel.settings import Settings
-    from pytest_perfmodel.session import Options, PerfmodelSession
 
-    return PerfmodelSession(Options(None, "smoke", tmp_path, 1, False, 0.1, 0.02, False),
-                            Settings(), tmp_path)
+    return Session(Options(None, "smoke", tmp_path, 1, False, 0.1, 0.02, False), Settings(),
+                   tmp_path)
 
 
 def test_worker_results_reach_the_controller_whole(tmp_path):

@@ -7,8 +7,11 @@ import sys
 
 import pytest
 
-from perfmodel.workloads import WORKLOADS, build_workload, get_workload
+from perfmodel.workloads import (ALL_WORKLOADS, MULTIRANK_WORKLOADS, WORKLOADS, build_workload,
+                                 get_multirank_workload, get_workload, register_workload)
+from perfmodel.workloads.ddp import DDPConfig
 from perfmodel.workloads.dlrm import GPU_TABLE_BUDGET_BYTES, DLRMConfig, dot_interaction
+from perfmodel.workloads.mlp import MLPConfig
 
 
 def build_or_skip(cfg, seed=0):
@@ -113,3 +116,93 @@ def test_missing_package_is_a_clear_import_error(monkeypatch, cfg, modules, mess
         monkeypatch.setitem(sys.modules, module, None)
     with pytest.raises(ImportError, match=message):
         cfg.build("cpu")
+
+
+# -- registering workloads (perfmodel.register_workload) --------------------------------
+
+USER_MLP = MLPConfig(name="user_mlp", batch=8, widths=(8, 16, 1))
+
+
+@pytest.fixture
+def registered():
+    """Names to unregister after the test (the registry is process-wide)."""
+    names = []
+    yield names
+    for name in names:
+        if name in ALL_WORKLOADS:
+            ALL_WORKLOADS.unregister(name)
+
+
+def test_a_registered_workload_is_known_by_name(registered):
+    assert register_workload(USER_MLP) is USER_MLP
+    registered.append("user_mlp")
+    assert get_workload("user_mlp") is USER_MLP and "user_mlp" in WORKLOADS
+    assert list(WORKLOADS)[-1] == "user_mlp" and "user_mlp" not in MULTIRANK_WORKLOADS
+    built = build_workload("user_mlp", "cpu", size="tiny")
+    assert (built.name, built.items) == ("user_mlp_tiny", 8)
+
+
+def test_a_multirank_workload_joins_the_multirank_registry(registered):
+    user_ddp = DDPConfig(name="user_ddp", world_sizes=(2,))
+    register_workload(user_ddp)
+    registered.append("user_ddp")
+    assert get_multirank_workload("user_ddp") is user_ddp and "user_ddp" not in WORKLOADS
+    with pytest.raises(ValueError, match="unknown workload 'user_ddp'"):
+        get_workload("user_ddp")
+    with pytest.raises(ValueError, match=r"multi-rank workload 'no_sizes' needs world_sizes"):
+        register_workload(DDPConfig(name="no_sizes", world_sizes=()))
+
+
+def test_register_workload_refuses_a_taken_name_unless_replacing(registered):
+    register_workload(USER_MLP)
+    registered.append("user_mlp")
+    other = MLPConfig(name="user_mlp", batch=4, widths=(4, 1))
+    with pytest.raises(ValueError, match=r"workload 'user_mlp' is already registered "
+                                         r"\(registered by a call\).*replace=True"):
+        register_workload(other)
+    assert register_workload(other, replace=True) is other and get_workload("user_mlp") is other
+    # one namespace for single- and multi-rank workloads
+    with pytest.raises(ValueError, match=r"workload 'ddp_mlp' is already registered \(built in\)"):
+        register_workload(MLPConfig(name="ddp_mlp"))
+
+
+@pytest.mark.parametrize("bad, message", [
+    (42, r"42 \(int\) is not a workload config"),
+    (MLPConfig, "is not a workload config"),
+    (MLPConfig(name=""), "needs a non-empty str name"),
+    (type("NoTiny", (), {"name": "no_tiny", "build": lambda self, device, seed=0: None,
+                         "full_size": lambda self: self})(),
+     r"workload 'no_tiny' \(NoTiny\) lacks the method\(s\) tiny"),
+])
+def test_register_workload_rejects_what_is_not_a_workload_config(bad, message):
+    with pytest.raises(ValueError, match=message):
+        register_workload(bad)
+    assert "no_tiny" not in ALL_WORKLOADS
+
+
+def test_registered_workloads_parametrise_the_e2e_items(pytester, registered, tmp_path):
+    """The plugin parametrises a suite's ``workload`` through the registry, and the
+    repository's E2E suite lists every registered workload."""
+    from tests.helpers import REPO
+
+    register_workload(USER_MLP)
+    registered.append("user_mlp")
+    pytester.makepyfile(test_user_e2e="""
+        import pytest
+
+        pytestmark = [pytest.mark.e2e, pytest.mark.perfmodel_workloads("user_mlp")]
+
+
+        def test_e2e(workload, perfmodel_session):
+            perfmodel_session.run_e2e(workload)
+        """)
+    options = ("--collect-only", "-q", "-p", "no:cacheprovider",
+               f"--perfmodel-results={tmp_path / 'results'}")
+    out = pytester.runpytest_inprocess(*options)
+    assert out.ret == 0, out.stdout.str()
+    out.stdout.fnmatch_lines(["test_user_e2e.py::test_e2e[[]user_mlp[]]"])
+    out = pytester.runpytest_inprocess(*options, str(REPO / "suites" / "test_e2e.py"))
+    assert out.ret == 0, out.stdout.str()
+    collected = [line for line in out.stdout.lines if "::test_e2e[" in line]
+    assert [line.rpartition("[")[2][:-1] for line in collected] == list(WORKLOADS)
+    assert collected[-1].endswith("test_e2e[user_mlp]")

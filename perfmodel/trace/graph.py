@@ -106,10 +106,30 @@ def _index_ops(ops: Iterable[OpDef]) -> dict[str, list[OpDef]]:
     return by_name
 
 
-_BY_TRACE_NAME = _index_ops(OPS.values())
 #: Op family of the torch.distributed collectives (:mod:`perfmodel.ops.collective`).
 COLLECTIVE_FAMILY = "collective"
-_COLLECTIVES = _index_ops(op for op in OPS.values() if op.family == COLLECTIVE_FAMILY)
+#: (registry version, ops by trace name, collectives by trace name): rebuilt when an
+#: op is registered, so ops registered after this module was imported map too.
+_INDEX: tuple[int, dict[str, list[OpDef]], dict[str, list[OpDef]]] = (-1, {}, {})
+
+
+def _op_index() -> tuple[dict[str, list[OpDef]], dict[str, list[OpDef]]]:
+    """Every registered op by trace name, and the collectives alone."""
+    global _INDEX
+    version = OPS.version
+    if _INDEX[0] != version:
+        ops = list(OPS.values())
+        _INDEX = (version, _index_ops(ops),
+                  _index_ops(op for op in ops if op.family == COLLECTIVE_FAMILY))
+    return _INDEX[1], _INDEX[2]
+
+
+def _by_trace_name() -> dict[str, list[OpDef]]:
+    return _op_index()[0]
+
+
+def _collectives() -> dict[str, list[OpDef]]:
+    return _op_index()[1]
 
 
 def node_dtype(node: TraceNode) -> str | None:
@@ -143,7 +163,7 @@ def _tensor_types(typ: str) -> list[str]:
 def match_node(node: TraceNode) -> tuple[OpDef, dict[str, int], str] | None:
     """``(op, params, dtype)`` of the first op definition that recognises the
     forward node, or None."""
-    candidates = _BY_TRACE_NAME.get(node.name)
+    candidates = _by_trace_name().get(node.name)
     if not candidates:
         return None
     dtype = node_dtype(node)
@@ -159,7 +179,7 @@ def match_node(node: TraceNode) -> tuple[OpDef, dict[str, int], str] | None:
 def match_collective(node: TraceNode, world_size: int | None) -> tuple[OpDef, dict[str, int]] | None:
     """``(op, params)`` of a collective node: from its ``record_param_comms``
     (NCCL), else from the c10d node and the trace's ``world_size`` (gloo)."""
-    for op in _COLLECTIVES.get(node.name, ()):
+    for op in _collectives().get(node.name, ()):
         params = op.params_from_node(node)
         if params is None and world_size is not None:
             params = op.params_from_c10d(node, world_size)
@@ -228,7 +248,7 @@ class _Planner:
                    if a < end and b > start)
 
     def plan(self, node: TraceNode, backward: bool, region: str | None) -> None:
-        collective = match_collective(node, self.world_size) if node.name in _COLLECTIVES \
+        collective = match_collective(node, self.world_size) if node.name in _collectives() \
             else None
         if collective is not None:
             op, params = collective
@@ -291,7 +311,7 @@ class _Planner:
         for n in node.walk():
             if n is node:
                 continue
-            if n.name.startswith(_AUTOGRAD_PREFIX) or n.name in _COLLECTIVES:
+            if n.name.startswith(_AUTOGRAD_PREFIX) or n.name in _collectives():
                 return True
             if not backward and (self.match(n) is not None or _is_region(n)):
                 return True
