@@ -36,10 +36,10 @@ core while the hosts compute (the collective's ``loaded`` time) and take none
 from them (0 at 4 ranks). And when the ranks' threads outnumber the cores (4
 one-thread ranks on 2 cores) each rank gets only a share of a core: its ops and
 host work run slower by the compute slowdown the ranks measure together (the
-contention's c: 2.06-2.15 there, 1.00-1.03 at 2 ranks;
-:func:`~perfmodel.simulate.host.oversubscription`, 2 there, where it was not
-measured). There, too, a rank that sleeps in a collective waits for a core when
-it wakes: the ranks measure that wake-up lag (``sync`` of
+contention's c: about the ratio of threads to cores there or somewhat above
+it, about 1 at 2 ranks; :func:`~perfmodel.simulate.host.oversubscription`,
+that ratio, where it was not measured). There, too, a rank that sleeps in a
+collective waits for a core when it wakes: the ranks measure that wake-up lag (``sync`` of
 :func:`perfmodel.measure.contention.measure_contention`), and each rank's host
 runs again that much later after each wait for a collective.
 
@@ -396,8 +396,8 @@ def _run_rank(args: argparse.Namespace, world, label: str) -> None:
     def host_speed():  # alone, as for the contention's bandwidth alone
         return world.on_rank0_alone(measure_host_speed, "the host speed")
 
-    # One sample's `add` moved by +-20% within seconds (1.36-2.09 ms): the run's
-    # speed is the median of three, before the trace, after it and after the timing.
+    # One sample can move markedly within seconds: the run's speed is the
+    # median of three, before the trace, after it and after the timing.
     speeds = [host_speed()]
     files = [_files(traces_dir(store.dir), f"{label}.rank{r}") for r in range(world.size)]
     capture_trace(step.step, traces_dir(store.dir), f"{label}.rank{world.rank}",

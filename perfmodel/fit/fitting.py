@@ -38,8 +38,8 @@ from perfmodel.store.results import ResultStore, data_id
 #: Dtypes with their own compute-rate column in the roofline features.
 COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
 #: Folds of the random split: each config is held out once, so the held-out
-#: error covers every config (a single 25% split of ~20 configs moved by 15
-#: points between runs of the same code here).
+#: error covers every config (a single 25% split holds out too few of a
+#: family's configs for its error to be stable between runs of the same code).
 N_FOLDS = 4
 #: Fraction of configs (the largest by FLOPs) held out by the extrapolation split.
 EXTRAPOLATION_FRACTION = 0.2
@@ -272,16 +272,16 @@ def newest_per_config(samples: Iterable[Sample]) -> list[Sample]:
     newest; "alone" is a record's ``timed_beside`` of 0).
 
     A device key names a CPU model, not a host: the same model behind another
-    VM ran this repo's GEMMs 20% slower (mlp_small's layers on
-    cpu-amd-epyc-f25m17-2c, two sessions apart). Pooling sessions would fit
+    VM can run the same GEMMs markedly slower (see
+    docs/journal/2026-11-23-sweep-design.md). Pooling sessions would fit
     their average; re-measuring a config replaces its older timings instead, so
     a fresh sweep prices the host that the end-to-end runs measure.
 
     Timings beside the other ranks of a sweep sharded over one host's cores are
-    not the op's alone: on cpu-amd-epyc-f25m1-2c, one process timed the
-    cold-cache ops at 0.65-0.93 of what three 1-thread sweeps over 2 ranks had
-    timed that evening (median per op and sweep; README, *Sharded sweeps*). So
-    an alone timing is kept over a newer one taken beside others."""
+    not the op's alone: one process times the cold-cache ops faster than
+    1-thread sweeps sharded over 2 ranks of the same cores do (see
+    docs/journal/2026-11-25-multi-rank-host-speed.md). So an alone timing is
+    kept over a newer one taken beside others."""
     samples = list(samples)
     best: dict[tuple, tuple[int, str]] = {}
     for s in samples:
@@ -363,9 +363,9 @@ def choose_kind(candidates: Mapping[str, Mapping[str, float]]) -> tuple[str, str
     The random split is where the E2E workloads' shapes mostly fall (their
     shapes are inside the sweep's ranges); extrapolation breaks ties. An
     earlier rule minimised the mean of the two, and on ``embedding_bag``
-    backward, where every kind extrapolates at 100-300% GMAE, it picked a
-    regressor 20 points worse on the random split, which then mispredicted a
-    DLRM's embedding backward by 4x (measured on cpu-amd-epyc-2c, 2026-11-22).
+    backward, where every kind extrapolates poorly, it picked a regressor
+    clearly worse on the random split, which then mispredicted a DLRM's
+    embedding backward several-fold.
     """
     best = min(v["gmae"] for v in candidates.values())
     tied = [k for k, v in candidates.items() if v["gmae"] <= best + SELECTION_TIE]
@@ -431,8 +431,8 @@ def _same_host_setup(record: dict, device: DeviceSpec, allocator: str | None) ->
     CPU, and for collectives, whose ranks share the host whatever they run).
     Off a CPU, hot records timed as the host issued the calls (timer
     ``cuda_event``, before :class:`~perfmodel.measure.timer.Timer` queued them behind a
-    device hold) are left out: they timed the launches, up to 31x the kernels'
-    time on an H200."""
+    device hold) are left out: they timed the launches, which can take many
+    times the kernels' own time."""
     measurement = record.get("measurement")
     if device.kind != "cpu":
         return not (isinstance(measurement, dict) and measurement.get("timer") == "cuda_event"

@@ -2,18 +2,15 @@
 
 Ranks on one host share the memory bus and the last-level cache, so an op that
 streams memory runs slower while the other ranks compute than it did alone in
-its microbenchmark. Two single-thread processes on cpu-amd-epyc-f25m1-2c, each
-repeating one op and starting every call together, took x1.40-1.57 the time
-alone for ``sgd_foreach`` (a pure stream), x1.18-1.42 for an embedding bag's
-backward and x1.04-1.06 for a linear layer's backward (compute bound).
+its microbenchmark: a pure stream (``sgd_foreach``) slows the most, a
+compute-bound op (a linear layer's backward) hardly at all, an embedding bag's
+backward in between (figures:
+docs/journal/2026-11-27-figures-from-docstrings.md).
 
 Ranks that outnumber the cores also time-share them, and that costs more than
-the ratio of threads to cores: four one-thread processes on those 2 cores, all
-running at once, took x2.16-2.22 the time alone for a 128 x 1024 x 1024
-``addmm`` (x2.02 for one whose operands fit the L2 cache) and x4.2-4.4 for an
-in-place add over two 16 MiB arrays (x1.60-1.62 with two processes): each
-switch of the core evicts the other's cache lines, and the ranks that hold the
-cores at a time stream together.
+the ratio of threads to cores, most for a stream and least for a GEMM whose
+operands fit the L2 cache: each switch of the core evicts the other's cache
+lines, and the ranks that hold the cores at a time stream together.
 
 The model: an op predicted to take t seconds alone takes
 t x (c + (k - c) x s) beside the others, where
@@ -24,9 +21,8 @@ t x (c + (k - c) x s) beside the others, where
   last rank is done over the time alone (:func:`measure_contention`, measured
   by the ranks of each run; the last rank for the reason given for c below).
   Until 2026-11-26 k was rank 0's bandwidth alone over the ranks' mean
-  bandwidth in a phase of fixed length; three rounds on 4 one-thread ranks on 2
-  cores read the last rank's x2.73-3.17 where that read 2.58-2.96 (at 2 ranks
-  x1.38-1.49 and 1.39-1.45);
+  bandwidth in a phase of fixed length, which reads lower than the last
+  rank's where the ranks time-share the cores;
 - c (:attr:`Contention.compute_slowdown`, >= 1) is the same for compute:
   every rank runs the same GEMM calls (:func:`gemm_kernel`) at once, and c is
   the time until the last rank is done over the time alone
@@ -34,14 +30,12 @@ t x (c + (k - c) x s) beside the others, where
   out (:func:`compute_slowdown`). About 1 when every rank has cores of its
   own; it also prices the ranks' host overheads. The last rank, as a
   collective waits for it: ranks that time-share the cores do not get equal
-  shares over tens of ms, so the mean rank is done early. Four one-thread ranks
-  on 2 cores, segments of about 37 ms alone: the mean rank's time was
-  x1.77-2.00 (12 runs), below the x2 that sharing the cores alone costs, and
-  the last rank's x2.06-2.15 (22 runs; x2.11-2.31 with segments of 5-150 ms). A
-  data-parallel MLP step without its gradients' all-reduce (``ddp_mlp`` under
-  ``no_sync``, blocks of 5 steps, the slowest rank's) ran in x2.14-2.16 its
-  time alone there. The mean rate over a phase of fixed length, as k was
-  measured until then, gave x1.94-2.16 (probes and 26 runs);
+  shares over tens of ms, so the mean rank is done early: at four one-thread
+  ranks on 2 cores the mean rank's slowdown reads below the x2 that sharing
+  the cores alone costs, while the last rank's, like that of a data-parallel
+  step with no collective (the slowest rank's), reads above it; the mean rate
+  over a phase of fixed length, as k was measured until then, reads low as
+  well;
 - s (:func:`memory_share`, 0 to 1) is the share of t the op needs to move its
   bytes at the rank's bandwidth alone: ``op.bytes_moved / (bandwidth x t)``.
 
@@ -53,16 +47,15 @@ rank then reaches the next collective that much later than its share of the
 cores accounts for. :func:`measure_wake_lag` times rounds of (w seconds-alone
 of GEMM calls, then a blocking gloo ``all_to_all``) on every rank at once for
 w = 0 and the two lengths of :data:`WAKE_WORK_S`; a round takes
-``T(w) = T(0) + c' x w + lag`` (:func:`wake_lag_from_rounds`). Probe on 4
-one-thread ranks on 2 cores of cpu-amd-epyc-f25m1-2c (a 4 KiB ``all_to_all``,
-T(0) 1.71 ms): T(w) - T(0) - 2.02 w was 0.4, 1.4, 2.6, 2.6, 3.5 and 2.6 ms for
-w of 1, 2, 4, 8, 16 and 32 ms; so the lag grows with the work before the wait
-(the ranks that hold the cores give them up when they block, after their own
-segment) and is whole from about 4 ms on. The simulator delays a rank's host by
+``T(w) = T(0) + c' x w + lag`` (:func:`wake_lag_from_rounds`). The lag grows
+with the work before the wait (the ranks that hold the cores give them up
+when they block, after their own segment) and is whole after a few ms of it
+(the shorter of :data:`WAKE_WORK_S`; the probe behind it:
+docs/journal/2026-11-26-wake-up-lag.md). The simulator delays a rank's host by
 that lag each time it wakes from a collective, scaled down after less work
-(:func:`perfmodel.simulate.walk.simulate`). Two one-thread ranks on the same 2
-cores read 0.6-1.8 ms (no trend in w from 2 to 32 ms): each rank has a core of
-its own there, so no rank waits for one; that is not modelled.
+(:func:`perfmodel.simulate.walk.simulate`). When each rank has a core of its
+own, no rank waits for one, and what the rounds leave over shows no trend in
+w; that is not modelled.
 """
 
 from __future__ import annotations
@@ -81,13 +74,12 @@ WARMUP_CALLS = 2
 PHASE_S = 0.15
 #: Segments of each kernel side by side per round, each of about
 #: ``PHASE_S / SEGMENTS`` alone (at least 2 calls); the round's slowdown is their median (the
-#: last of four ranks is an outlier-prone figure: the mean over four segments
-#: gave x2.50-2.70 in 3 runs of 12 and x2.11-2.20 in the others).
+#: last of four ranks is an outlier-prone figure: in the mean over the
+#: segments, one segment where a rank was held up moves the round).
 SEGMENTS = 4
 #: Rounds of the phases (alone, side by side); each slowdown is the median
-#: over rounds. With one round k ranged 1.03-1.52 over 27 runs on
-#: cpu-amd-epyc-f25m1-2c (median 1.31): a phase that a neighbour's burst hits
-#: moves one round, not the result.
+#: over rounds. With one round k spread widely between runs: a phase that a
+#: neighbour's burst hits moves one round, not the result.
 ROUNDS = 3
 #: The compute kernel's shape (:func:`gemm_kernel`): M x K activations times a
 #: K x N weight (4 MiB in float32: beyond a core's L2 cache, within the LLC).
@@ -173,11 +165,11 @@ def byte_rate(kernel: Callable[[], object], moved_bytes: int, calls: int = CALLS
     calls and ``min_s`` seconds of them, their bytes over their total time.
 
     Not the median call: on time-shared cores a call can run whole within one
-    time slice, and the time the rank spends descheduled falls between calls
-    (4 one-thread ranks on 2 cores: a GEMM's median call x1.10-1.16 its time
-    alone, its calls together x2.2). And not a fixed number of calls: ranks
-    that start a few ms apart then overlap for most of their phase, where 8
-    GEMM calls (25 ms alone) left c at 1.29-1.32 in 2 of 6 runs."""
+    time slice, and the time the rank spends descheduled falls between calls,
+    so the median call shows little of the slowdown that the calls together
+    show. And not a fixed number of calls: ranks start a few ms apart, and
+    with ``min_s`` of calls they still overlap for most of their phase, where
+    a few calls of tens of ms in all left c too low in some runs."""
     for _ in range(warmup):
         kernel()
     start = clock()
@@ -241,7 +233,8 @@ def measure_wake_lag(world, sync: Callable[[], object],
     work and each length of :data:`WAKE_WORK_S`, every rank runs rounds of
     that much work and ``sync()`` (a blocking collective), and the slowest
     rank's time per round enters :func:`wake_lag_from_rounds`. The median over
-    :data:`ROUNDS` at rank 0, None elsewhere. About 2.2 s on 4 ranks on 2 cores."""
+    :data:`ROUNDS` at rank 0, None elsewhere. Each round's three work lengths
+    run for about :data:`WAKE_PHASE_S` each, so a few seconds in all."""
     if kernel is None:
         kernel = gemm_kernel(WAKE_GEMM_SHAPE)[0]
 
@@ -283,7 +276,7 @@ def measure_contention(world, llc_bytes: int,
     bandwidths those of the round of median k), None elsewhere. About 3 seconds.
     With ``sync`` (a blocking collective on every rank; pass it when the ranks'
     threads outnumber the cores), also the wake-up lag (:func:`measure_wake_lag`,
-    2.2 s more); without it the lag is 0."""
+    a few seconds more); without it the lag is 0."""
     from perfmodel.device.probe import triad_kernel
 
     triad, triad_bytes = triad_kernel(llc_bytes)

@@ -1,7 +1,7 @@
 """How far the host's speed moves over minutes: the floor under accuracy figures.
 
-Two back-to-back replicates of a microbenchmark agree to 1-3% (the accuracy
-table's ``noise`` column), but on a shared VM the speed of the whole host moves
+Two back-to-back replicates of a microbenchmark agree closely (the accuracy
+table's ``noise`` column says how closely), but on a shared VM the speed of the whole host moves
 over seconds and minutes, and a sweep, a fit and an E2E measurement taken
 minutes apart see different hosts. :func:`probe` times two reference ops, a
 512x512x512 fp32 ``addmm`` (compute) and a 16M-element fp32 ``copy`` (memory:
@@ -31,14 +31,13 @@ from typing import Callable
 from perfmodel.fit.metrics import gmae
 
 #: Reference ops: (op name, config) of a compute-bound and a memory-bound call.
-#: The memory reference was a 4M-element ``add`` (3 x 16 MiB) until 2026-11-26: on
-#: cpu-amd-epyc-f25m1-2c (32 MiB LLC) it read 1.46-1.84 ms in fresh processes
-#: and 0.70-0.79 of a fit's median at rank 0 of a multi-rank run, as much of it
-#: served from the cache as the cache's last contents allowed. Over 47
-#: multi-rank runs, a measured iteration's ratio to its prediction at the fit's
-#: speed followed the ``addmm``'s drift (coefficient 0.70-1.51 in log terms) and
-#: hardly the ``add``'s (0.07-0.17). The ``copy`` of 2 x 64 MiB streams from
-#: memory: 6.96-7.46 ms in six fresh processes.
+#: The memory reference was a 4M-element ``add`` (3 x 16 MiB) until 2026-11-26:
+#: on a CPU whose last-level cache holds much of those 48 MiB, its time depended
+#: on how much of it the cache's last contents served, and a multi-rank
+#: iteration's measured time over its prediction at the fit's speed followed
+#: the ``addmm``'s drift and hardly the ``add``'s (see
+#: docs/journal/2026-11-26-memory-reference.md). The ``copy`` of 2 x 64 MiB
+#: streams from memory.
 REFERENCE = {"addmm": ("addmm", {"M": 512, "N": 512, "K": 512}),
              "copy": ("copy", {"ELEMS": 1 << 24})}
 #: The reference set before 2026-11-26, readable in stored records and fits but
@@ -141,13 +140,12 @@ def drift_record(samples: list[DriftSample], device_key: str, env: dict,
 # -- the host's speed beside a fit ------------------------------------------------
 
 #: Timed calls of each reference op per round of a :func:`measure_host_speed`
-#: sample, and rounds per sample (the sample is the median round per op): one
-#: round alone once gave 7.0 ms for the ``add``, against 1.7-2.1 ms in every
-#: other sample on cpu-amd-epyc-f25m1-2c.
+#: sample, and rounds per sample (the sample is the median round per op), so
+#: that one round a neighbour's burst hits does not set the sample.
 SPEED_CALLS = 10
 SPEED_ROUNDS = 3
 #: A microbench session re-measures the host's speed when its last sample is
-#: older than this (s): about 0.5 s a minute.
+#: older than this (s), so that a sample costs a small share of each minute.
 SPEED_INTERVAL_S = 60.0
 
 
@@ -205,8 +203,7 @@ def measure_host_speed(runners: dict[str, Callable[[], object]] | None = None,
     """One :class:`HostSpeed` sample: a warm-up call, then ``rounds`` rounds of
     ``calls`` timed calls of each reference op (``runners``, default
     :func:`reference_runners`); per op, the median round of the per-round
-    medians. About 0.5 s at one thread (a ``copy`` 7 ms, an ``addmm`` 2.9 ms
-    per call on cpu-amd-epyc-f25m1-2c)."""
+    medians: ``1 + rounds x calls`` calls of each op in all."""
     runners = runners if runners is not None else reference_runners()
     for fn in runners.values():
         fn()

@@ -226,12 +226,11 @@ def comm_host_share(world_size: int, threads_per_rank: int, cores: int) -> float
 
     And 0 when the compute threads outnumber the cores (4 one-thread ranks on
     2): the workers then wait behind the compute threads for a core at every
-    step, so a collective barely moves while its ranks compute (the 1-thread fit
-    prices a 5.2 MB ``all_reduce`` at 4 ranks at 117 ms loaded, 10.3 ms idle)
-    and takes next to no core time from them. It runs at its ``loaded`` pace
-    while they compute and at its idle pace once they wait
-    (:func:`progress_end`). Charged at issue as well, the 4-rank workloads came
-    out 6-21% over."""
+    step, so a collective barely moves while its ranks compute (its ``loaded``
+    time is many times its idle one) and takes next to no core time from them.
+    It runs at its ``loaded`` pace while they compute and at its idle pace once
+    they wait (:func:`progress_end`). Charged at issue as well, it over-predicted
+    the 4-rank workloads."""
     busy = world_size * threads_per_rank
     if busy > cores:
         return 0.0

@@ -185,8 +185,8 @@ def simulate_ranks(ranks: Sequence[list[SimTask]], keep_timeline: bool = True,
     changing. Starts only grow, and the n-th collective is settled once the
     first n-1 are, so at most one round per collective (plus one) is needed.
     With loaded times the durations are iterated with the starts, up to
-    :data:`MAX_ROUNDS_PER_COLLECTIVE` rounds per collective (the multi-rank
-    workloads here settle in 4 or 5 rounds in all).
+    :data:`MAX_ROUNDS_PER_COLLECTIVE` rounds per collective (a bound, not the
+    usual count: the multi-rank workloads settle in a few rounds in all).
     """
     counts = [sum(1 for t in tasks if t.collective) for tasks in ranks]
     if len(set(counts)) > 1:
