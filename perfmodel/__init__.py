@@ -9,7 +9,7 @@ The public API below is imported on first use (a module ``__getattr__``), so
     with perfmodel.region("data"):          # name a part of a training step
         batch = next(loader)
 
-    result = perfmodel.predict_model(model, batch, loss_fn, optimizer)
+    result = perfmodel.predict_model(model, batch, loss_fn, optimizer)  # a MeasuredIteration
     perfmodel.register_op(MyFusedOp())      # or a "perfmodel.ops" entry point
 """
 
@@ -34,22 +34,26 @@ _EXPORTS = {
     "register_workload": "perfmodel.workloads",
     "get_workload": "perfmodel.workloads",
     "Session": "perfmodel.session",
+    "IterationPrediction": "perfmodel.simulate.result",
+    "MeasuredIteration": "perfmodel.e2e.result",
 }
 
-__all__ = ["DeviceSpec", "OpCase", "OpDef", "Session", "Timer", "detect_device", "fit_predictors", "get_op",
-           "get_workload", "load_baseline", "predict_model", "region", "register_op",
-           "register_workload"]
+__all__ = ["DeviceSpec", "IterationPrediction", "MeasuredIteration", "OpCase", "OpDef", "Session",
+           "Timer", "detect_device", "fit_predictors", "get_op", "get_workload", "load_baseline",
+           "predict_model", "region", "register_op", "register_workload"]
 
 if _typing.TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports these
     from perfmodel.session import Session
     from perfmodel.device.probe import detect_device
     from perfmodel.device.spec import DeviceSpec
+    from perfmodel.e2e.result import MeasuredIteration
     from perfmodel.e2e.single import predict_model
     from perfmodel.fit.fitting import fit_predictors
     from perfmodel.gate.baseline import load_baseline
     from perfmodel.measure.timer import Timer
     from perfmodel.ops import get_op, register_op
     from perfmodel.ops.base import OpCase, OpDef
+    from perfmodel.simulate.result import IterationPrediction
     from perfmodel.trace.region import region
     from perfmodel.workloads import get_workload, register_workload
 

@@ -150,8 +150,8 @@ class Session:
         #: :func:`perfmodel.fit.fitting.newest_per_config`)
         self.timed_beside = 0
         self.accuracy: list = []  # OpAccuracy of the accuracy checks that ran
-        self.e2e: list = []  # E2EResult of the E2E runs (gated)
-        self.user_models: list = []  # E2EResult of predict_model calls (not gated)
+        self.e2e: list = []  # MeasuredIteration of the E2E runs (gated)
+        self.user_models: list = []  # MeasuredIteration of predict_model calls (not gated)
         self.e2e_expected: set[str] = set()  # workloads this session gates
         #: sessions of other processes (pytest-xdist workers) merged into this one
         #: (:meth:`merge_worker_state`)
@@ -356,7 +356,23 @@ class Session:
             if not self.options.save_baseline:
                 result = self.confirm_e2e(result, step.step, step.items)
             self.record_e2e(result)
+            self.save_replay(result)
             del step
+
+    def save_replay(self, result) -> None:
+        """Save ``result``'s capture as its workload's replay case under
+        ``results/<key>/replay/``, replacing the last one (a failure is noted)."""
+        from perfmodel.e2e.single import (GPU_WORKLOAD_SIZE, WORKLOAD_SIZE, save_replay,
+                                          workload_config)
+
+        sizes = WORKLOAD_SIZE if self.device.kind == "cpu" else GPU_WORKLOAD_SIZE
+        try:
+            save_replay(self.store.replay_path(result.workload), result,
+                        self.device.key, self.torch_device, self.device.mem_bandwidth_Bps,
+                        self.device.threads, self.env,
+                        workload_config(result.workload, sizes[self.options.profile]))
+        except (OSError, ValueError, LookupError) as exc:
+            self.notes.append(f"{result.workload}: replay case not saved: {exc}")
 
     def confirm_e2e(self, result, step, items: int):
         """``result``, with ``step`` (one iteration over ``items`` samples) measured
@@ -408,7 +424,8 @@ class Session:
             try:
                 result = run_multirank(workload, world_size, self.options.results_root,
                                        self.device.key, self.device.mem_bandwidth_Bps,
-                                       profile=self.options.profile, bias=self.options.bias)
+                                       profile=self.options.profile, bias=self.options.bias,
+                                       replay=self.store.replay_path(f"{workload}@{world_size}"))
             except (MultirankError, FileNotFoundError) as exc:
                 raise CheckFailed(str(exc)) from None
             self.record_e2e(result)
@@ -476,7 +493,7 @@ class Session:
             raise CheckFailed(f"predicting {n} tasks took {seconds:.2f} s > {limit_s} s")
 
     def record_e2e(self, result) -> None:
-        """Store an :class:`~perfmodel.e2e.single.E2EResult` (with the id of the training
+        """Store a :class:`~perfmodel.e2e.result.MeasuredIteration` (with the id of the training
         data of the fit that predicted it: its own, as a multi-rank result names
         its ranks' fit, else this session's) and hand it to the gate."""
         if result.fit_data is None and self._fit is not None:
@@ -584,10 +601,10 @@ class Session:
         """Add another session's :meth:`to_worker_state` to this one. The workloads
         gated are those every merged session expected (one that could not build
         a workload drops it, and its WARN line says so); lines are not repeated."""
-        from perfmodel.e2e.single import E2EResult
+        from perfmodel.e2e.result import MeasuredIteration
 
-        self.e2e.extend(E2EResult.from_plain(r) for r in data["e2e"])
-        self.user_models.extend(E2EResult.from_plain(r) for r in data["user_models"])
+        self.e2e.extend(MeasuredIteration.from_plain(r) for r in data["e2e"])
+        self.user_models.extend(MeasuredIteration.from_plain(r) for r in data["user_models"])
         if data["accuracy"]:
             from perfmodel.fit.fitting import OpAccuracy
 

@@ -132,7 +132,7 @@ def perfmodel_predict(request: pytest.FixtureRequest):
             assert result.error < 0.2
 
     ``loss_fn(model, batch)`` returns the loss; the call returns a
-    :class:`perfmodel.e2e.single.E2EResult` (``predicted_s``, ``measured``,
+    :class:`perfmodel.e2e.result.MeasuredIteration` (``predicted_s``, ``measured``,
     ``breakdown_s``, ``error``). Uses the session's device and stored fit.
     """
     return request.config.stash[SESSION_KEY].predict_model

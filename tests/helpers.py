@@ -174,14 +174,14 @@ def run_plugin(pytester, results, *args):
 #: ``{predicted}`` predicted).
 GATE_SUITE = """
 import pytest
-from perfmodel.e2e.single import E2EResult, IterationTiming
+from perfmodel.e2e.result import IterationTiming, MeasuredIteration
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("predicted_s", [{predicted}])
 def test_planted(perfmodel_session, predicted_s):
     # A planted measurement: 100 ms measured, predicted_s predicted.
     perfmodel_session.record_e2e(
-        E2EResult("mlp_small", IterationTiming(0.1, 0.001, 15, 3, 2560.0), predicted_s))
+        MeasuredIteration("mlp_small", IterationTiming(0.1, 0.001, 15, 3, 2560.0), predicted_s))
 """
 
 # Baseline errors 3%, 4%, 5%: mean 4.00%, spread (sd) 1.00%; with k = 3 the

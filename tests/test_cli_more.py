@@ -108,11 +108,13 @@ def test_help(command, capsys):
 
 
 def test_forecast_lines_name_the_ops_beyond_the_fit():
-    from perfmodel.e2e.forecast import Forecast
+    from perfmodel.simulate.result import IterationPrediction
 
-    lines = Forecast("mlp_small", "cuda-h200-141gb", 0.0124, {"gemm": 0.001},
-                     beyond_fit={"linear.forward": (3, 94.2), "relu.forward": (2, 6.0)}).lines()
+    lines = IterationPrediction(
+        0.0124, {"gemm": 0.001}, device_key="cuda-h200-141gb",
+        beyond_fit={"linear.forward": (3, 94.2), "relu.forward": (2, 6.0)}).lines("mlp_small")
+    assert lines[0] == "mlp_small on cuda-h200-141gb: predicted 12.40 ms"
     assert ("  extrapolated beyond the fitted configs (calls, most x the largest fitted FLOPs "
             "or bytes): linear.forward 3, 94x, relu.forward 2, 6x") in lines
     assert not any("extrapolated" in line
-                   for line in Forecast("m", "k", 0.01, {"gemm": 0.01}).lines())
+                   for line in IterationPrediction(0.01, {"gemm": 0.01}).lines("m"))

@@ -1,10 +1,13 @@
 """E2E measurement method and error, with a fake clock (no wall-clock asserts)."""
 
+import json
 import math
 
 import pytest
 
-from perfmodel.e2e.single import E2EResult, IterationTiming, measure_iteration
+from perfmodel.e2e.result import IterationTiming, MeasuredIteration
+from perfmodel.e2e.single import measure_iteration
+from perfmodel.simulate.result import IterationPrediction
 from tests.helpers import ConstantFit, tiny_mlp_step
 
 
@@ -39,7 +42,7 @@ def test_bad_repeat_is_rejected():
 
 
 def test_error_is_relative_to_measured():
-    result = E2EResult("w", IterationTiming(0.2, 0.0, 5, 1, 1.0), predicted_s=0.15)
+    result = MeasuredIteration("w", IterationTiming(0.2, 0.0, 5, 1, 1.0), IterationPrediction(0.15))
     assert result.error == pytest.approx(0.25)
     assert result.signed_error == pytest.approx(-0.25)  # under-predicted
     record = result.record({"device_key": "k"})
@@ -50,8 +53,9 @@ def test_error_is_relative_to_measured():
 def test_the_model_prediction_leaves_out_the_hosts_drift():
     """The gate's drift check compares the prediction at the fit's host speed."""
     drift = {"compute": 1.1, "memory": 1.2, "bandwidth_Bps": 2e10}
-    result = E2EResult("w@2", IterationTiming(0.2, 0.0, 5, 1, 1.0), predicted_s=0.18,
-                       host_drift=drift, predicted_fit_speed_s=0.16)
+    result = MeasuredIteration("w@2", IterationTiming(0.2, 0.0, 5, 1, 1.0),
+                               IterationPrediction(0.18), host_drift=drift,
+                               predicted_fit_speed_s=0.16)
     assert result.signed_error == pytest.approx(-0.1) and result.model_predicted_s == 0.16
     record = result.record({})
     assert record["host_drift"] == drift and record["predicted_fit_speed_s"] == 0.16
@@ -100,7 +104,7 @@ def test_planted_bias_scales_one_op_and_the_overheads():
     plain = predict_graph(graph, ConstantFit(1e-5), table)
     biased = predict_graph(graph, ConstantFit(1e-5), table,
                            bias={"linear": 1.1, "overhead": 2.0})
-    assert plain.total_s == pytest.approx(4e-5)
+    assert plain.predicted_s == pytest.approx(4e-5)
     assert biased.breakdown_s["gemm"] == pytest.approx(1.1e-5)
     assert biased.breakdown_s["elementwise"] == pytest.approx(1e-5)
     assert biased.breakdown_s["host overhead"] == pytest.approx(4e-5)
@@ -110,7 +114,8 @@ def test_measure_again_keeps_the_first_median():
     from perfmodel.e2e.single import measure_again
 
     calls = []
-    first = E2EResult("w", IterationTiming(0.2, 0.01, 5, 2, 40.0), predicted_s=0.15)
+    first = MeasuredIteration("w", IterationTiming(0.2, 0.01, 5, 2, 40.0),
+                              IterationPrediction(0.15))
     again = measure_again(first, lambda: calls.append(1), 8, "cpu", profile="smoke")
     assert len(calls) == 2 + 5 * 2  # warmup, then repeat x number
     assert again.first_measured_s == 0.2 and again.measured.repeat == 5
@@ -132,3 +137,93 @@ def test_an_unreadable_samples_file_is_kept_beside_the_new_one(tmp_path):
         trace_workload("mlp", tiny_mlp_step(inputs=8, hidden=16, batch=4), tmp_path, "cpu", 1e10)
     assert path.with_name("mlp.json.unreadable").read_text(encoding="utf-8") == "{cut"
     assert load_samples(path).workload == "mlp"
+
+
+# -- the result types ------------------------------------------------------------------
+
+#: Committed run files: an early one (25 keys per E2E record) and a later one (29).
+COMMITTED_RUNS = ["20261125T154445Z-13784-ed52.jsonl", "20261126T144143Z-20105-23e3.jsonl"]
+
+
+@pytest.mark.parametrize("name", COMMITTED_RUNS)
+def test_a_committed_run_file_loads_as_measured_iterations(name):
+    """Old E2E records become MeasuredIteration objects with the same figures,
+    and write back as the same record."""
+    from perfmodel.store.results import read_run_file
+    from tests.helpers import REPO
+
+    key = "cpu-amd-epyc-f25m1-2c"
+    records, problems = read_run_file(REPO / "results" / key / "runs" / name, key)
+    e2e = [r for r in records if r["kind"] == "e2e"]
+    assert not problems and len(e2e) == 14 and any("@" in r["workload"] for r in e2e)
+    for r in e2e:
+        result = MeasuredIteration.from_record(r)
+        assert isinstance(result.prediction, IterationPrediction)
+        assert result.workload == r["workload"] and result.measured.median_s == r["measured_s"]
+        assert (result.measured.sd_s, result.measured.repeat, result.measured.number) == (
+            r["measured_sd_s"], r["repeat"], r["number"])
+        assert result.predicted_s == r["predicted_s"] and result.error == r["error"]
+        assert result.signed_error == r["signed_error"] and result.error_own == r["error_own"]
+        assert result.breakdown_s == r["breakdown_s"] and result.n_tasks == r["n_tasks"]
+        again = result.record(r["env"])
+        added = {"run_id", "profile"}  # the loader's, from the run header
+        assert {k: v for k, v in r.items() if k not in added} == {
+            k: v for k, v in again.items() if k in r}
+        assert set(again) - set(r) <= {"beyond_fit"}  # null where the record predates it
+
+
+def test_old_names_are_the_new_types():
+    from perfmodel.e2e import forecast, ranks, single
+    from perfmodel.simulate import predict
+
+    assert single.E2EResult is MeasuredIteration and predict.Prediction is IterationPrediction
+    assert ranks.RanksPrediction is IterationPrediction
+    assert forecast.Forecast is IterationPrediction
+    old = single.E2EResult("w", IterationTiming(0.2, 0.0, 5, 1, 1.0), 0.15)  # bare seconds
+    assert old.prediction == IterationPrediction(0.15) and old.predicted_s == 0.15
+    assert old.prediction.total_s == 0.15
+
+
+def test_plain_data_keeps_the_prediction_and_its_ranks():
+    from perfmodel.simulate.result import Coverage
+
+    rank = IterationPrediction(0.1, {"gemm": 0.08}, coverage=Coverage(0.8, 0.15, 0.05, 0.09))
+    world = IterationPrediction(0.12, {"gemm": 0.09, "communication": 0.02}, {"fwd": 0.05},
+                                Coverage(0.7, 0.2, 0.1, 0.2), [("aten::add", 2, 0.01)],
+                                {"relu.forward": 1}, 40, 0.11, {"linear.forward": (3, 9.0)},
+                                ranks=[rank, IterationPrediction(0.12)],
+                                collective_start_s=[0.05])
+    result = MeasuredIteration("w@2", IterationTiming(0.1, 0.01, 5, 2, 40.0), world,
+                               predicted_own_s=0.11, fit_data="f1")
+    plain = json.loads(json.dumps(result.to_plain()))
+    back = MeasuredIteration.from_plain(plain)
+    assert back == result and back.prediction.world_size == 2
+    # a multi-rank run's result names its ranks' predictions by their seconds
+    ranks_json = {**plain, "predicted_rank_s": [0.1, 0.12]}
+    del ranks_json["ranks"]
+    assert [r.predicted_s for r in MeasuredIteration.from_plain(ranks_json).prediction.ranks] == [
+        0.1, 0.12]
+
+
+def test_coverage_is_the_traced_time_priced_each_way():
+    """linear priced by its op definition, relu without a predictor unmodelled, the gap
+    by the overhead table: shares of the traced seconds."""
+    from perfmodel.simulate.predict import predict_graph
+    from perfmodel.trace.graph import Graph, Task
+    from perfmodel.trace.overheads import OverheadTable
+
+    graph = Graph([Task("op", "aten::linear", "gemm", op="linear", direction="forward",
+                        dtype="float32", params={"B": 1, "IN": 1, "OUT": 1}, measured_s=6e-5),
+                   Task("op", "aten::relu", "elementwise", op="relu", direction="forward",
+                        dtype="float32", params={"ROWS": 1, "COLS": 1}, measured_s=1e-5),
+                   Task("overhead", "T1.iteration.op", "host overhead", measured_s=3e-5)], 1e-4)
+    table = OverheadTable({"T1": 2e-5}, {}, 0.0, 1e10, ())
+    pred = predict_graph(graph, ConstantFit(1e-5, missing=("relu",)), table)
+    assert pred.no_predictor == {"relu.forward": 1}
+    cover = pred.coverage
+    assert (cover.by_op, cover.by_overheads, cover.unmodelled) == pytest.approx((0.6, 0.3, 0.1))
+    assert cover.traced_s == pytest.approx(1e-4) and pred.traced_s == 1e-4
+    assert "  coverage: 60.0% by op definitions, 30.0% by the overhead table, 10.0% unmodelled" \
+        in pred.lines("g")
+    untimed = Graph([Task("overhead", "T1.iteration.op", "host overhead")], None)
+    assert predict_graph(untimed, ConstantFit(1e-5), table).coverage is None

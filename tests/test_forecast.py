@@ -2,10 +2,14 @@
 priced with the device's stored fit and overhead table exactly as
 :func:`perfmodel.simulate.predict.predict_graph` prices the same graph."""
 
+import math
+
 import pytest
 
 from perfmodel.cli.main import main
-from perfmodel.e2e.forecast import forecast_trace, forecast_workload
+from perfmodel.e2e.forecast import forecast_trace, forecast_workload, trace_name
+from perfmodel.e2e.result import MeasuredIteration
+from perfmodel.simulate.result import IterationPrediction
 from tests.helpers import THREADS, planted_spec, tiny_mlp_step
 
 
@@ -57,13 +61,19 @@ def test_a_saved_trace_is_predicted_as_predict_graph_prices_it(planted_linear_fi
     assert "linear.forward" not in expected.no_predictor
     assert "linear.backward" not in expected.no_predictor
     assert expected.no_predictor["relu.forward"] == 1
-    assert (forecast.name, forecast.device_key, forecast.measured) == ("mlp", key, None)
-    assert forecast.predicted_s == pytest.approx(expected.total_s, rel=1e-12)
+    assert isinstance(forecast, IterationPrediction)  # a trace cannot be measured
+    assert (trace_name(files.et), forecast.device_key) == ("mlp", key)
+    assert forecast.predicted_s == pytest.approx(expected.predicted_s, rel=1e-12)
     assert 0 < forecast.predicted_s < float("inf")
     assert forecast.breakdown_s == pytest.approx(expected.breakdown_s, rel=1e-12)
     assert forecast.regions_s == pytest.approx(expected.sim.regions_s, rel=1e-12)
     assert forecast.unmodelled == expected.unmodelled
     assert forecast.traced_s == graph.measured_s
+    # the layers by their op definition, relu (no predictor here) and the rest unmodelled
+    cover = forecast.coverage
+    assert cover == expected.coverage and cover.traced_s > 0
+    assert cover.by_op + cover.by_overheads + cover.unmodelled == pytest.approx(1.0)
+    assert cover.by_op > 0 and cover.by_overheads > 0 and cover.unmodelled > 0
 
 
 def test_predict_trace_prints_the_forecast_and_exits_0(planted_linear_fit, mlp_trace, capsys):
@@ -73,7 +83,8 @@ def test_predict_trace_prints_the_forecast_and_exits_0(planted_linear_fit, mlp_t
     assert _cli("--trace", str(files.et), "--kineto", str(files.kineto),
                 "--calibration", str(files.calibration), root=root) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out == forecast.lines()
+    assert out == forecast.lines(trace_name(files.et))
+    assert sum(line.startswith("  coverage: ") for line in out) == 1
     assert out[0] == f"mlp on {key}: predicted {forecast.predicted_s * 1e3:.2f} ms"
 
 
@@ -111,10 +122,11 @@ def test_a_workload_is_traced_and_predicted_as_predict_graph_prices_it(planted_l
     forecast = forecast_workload("mlp_small", root, "cpu", size="tiny", threads=THREADS)
     (graph,) = traced_graphs
     expected = _expected(graph, root, key)
-    assert (forecast.name, forecast.device_key, forecast.measured) == ("mlp_small", key, None)
+    assert isinstance(forecast, MeasuredIteration) and math.isnan(forecast.measured.median_s)
+    assert (forecast.workload, forecast.prediction.device_key) == ("mlp_small", key)
     linears = [t for t in graph.tasks if t.kind == "op" and t.op == "linear"]
     assert len(linears) == 4  # widths 8-16-1: two layers, forward and backward
-    assert forecast.predicted_s == pytest.approx(expected.total_s, rel=1e-12)
+    assert forecast.predicted_s == pytest.approx(expected.predicted_s, rel=1e-12)
     assert forecast.breakdown_s == pytest.approx(expected.breakdown_s, rel=1e-12)
     assert forecast.traced_s == graph.measured_s
 
@@ -142,6 +154,6 @@ def test_stored_files_passed_over_are_listed(planted_linear_fit, mlp_trace):
     bad.write_text("{cut", encoding="utf-8")
     files = mlp_trace
     forecast = forecast_trace(files.et, files.kineto, files.calibration, root, "cpu", THREADS)
-    assert [line for line in forecast.lines() if "skipped" in line] == [
+    assert [line for line in forecast.lines("mlp") if "skipped" in line] == [
         f"  skipped: {bad}: overhead samples are not readable JSON "
         f"(Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"]

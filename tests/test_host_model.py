@@ -264,11 +264,15 @@ def test_a_rank_priced_for_a_shared_host_is_the_reference(seed):
     walks, starts = reference_predict(graphs, fit, table, host.cpu_share, host.comm_host_share,
                                       contention, drift)
     result = predict_ranks(graphs, fit, table, host=host)
-    assert result.sim.ranks == walks and result.sim.collective_start_s == starts
+    assert [r.sim for r in result.ranks] == walks and result.collective_start_s == starts
+    assert result.predicted_s == max(r.predicted_s for r in result.ranks)
     # no host prices as the host that changes nothing
     plain = predict_ranks(graphs, fit, table)
-    assert plain.sim == predict_ranks(graphs, fit, table, host=HostModel()).sim
-    assert plain.sim.ranks == reference_predict(graphs, fit, table, 1.0, 0.0, None, None)[0]
+    assert plain == predict_ranks(graphs, fit, table, host=HostModel())
+    assert [r.sim for r in plain.ranks] == [r.sim for r in predict_ranks(
+        graphs, fit, table, host=HostModel()).ranks]
+    assert [r.sim for r in plain.ranks] == reference_predict(graphs, fit, table, 1.0, 0.0,
+                                                             None, None)[0]
 
 
 def test_the_ranks_host_follows_the_contention_where_measured():

@@ -39,13 +39,13 @@ def test_a_failing_error_is_measured_again_before_the_gate_decides(pytester, pla
     plant_baseline(results, key, BASE)
     pytester.makepyfile("""
 import pytest
-from perfmodel.e2e.single import E2EResult, IterationTiming
+from perfmodel.e2e.result import IterationTiming, MeasuredIteration
 
 @pytest.mark.e2e
 def test_planted(perfmodel_session):
     calls = []
     # 100 ms measured for 200 ms predicted: +100%, far outside the baseline
-    first = E2EResult("mlp_small", IterationTiming(0.1, 0.001, 15, 3, 2560.0), 0.2)
+    first = MeasuredIteration("mlp_small", IterationTiming(0.1, 0.001, 15, 3, 2560.0), 0.2)
     again = perfmodel_session.confirm_e2e(first, lambda: calls.append(1), 8)
     assert len(calls) == 2 + 5 * 2  # the smoke profile's warmup + repeat x number
     assert again.first_measured_s == 0.1 and again.measured.repeat == 5
@@ -85,14 +85,14 @@ def test_missing_workload_fails_unless_deselected(pytester, planted_results):
                   {"mlp_small": BASE, "dlrm_random": BASE}, {})
     pytester.makepyfile("""
 import pytest
-from perfmodel.e2e.single import E2EResult, IterationTiming
+from perfmodel.e2e.result import IterationTiming, MeasuredIteration
 
 @pytest.mark.e2e
 @pytest.mark.perfmodel_workloads("mlp_small", "dlrm_random")
 def test_e2e(workload, perfmodel_session):
     if workload == "mlp_small":  # dlrm_random produces no result
         perfmodel_session.record_e2e(
-            E2EResult(workload, IterationTiming(0.1, 0.001, 15, 3, 2560.0), 0.104))
+            MeasuredIteration(workload, IterationTiming(0.1, 0.001, 15, 3, 2560.0), 0.104))
 """)
     out = run_plugin(pytester, results, "-m", "e2e")
     assert out.ret == pytest.ExitCode.TESTS_FAILED
@@ -297,12 +297,12 @@ def test_summary_shows_baseline_verdict_and_decision(pytester, planted_results):
 
 DRIFTED_RANKS = """
 import pytest
-from perfmodel.e2e.single import E2EResult, IterationTiming
+from perfmodel.e2e.result import IterationTiming, MeasuredIteration
 
 @pytest.mark.e2e
 def test_planted(perfmodel_session):
     drift = {{"compute": 1.15, "memory": 1.05, "bandwidth_Bps": 2e10}}
-    perfmodel_session.record_e2e(E2EResult(
+    perfmodel_session.record_e2e(MeasuredIteration(
         "ddp_mlp@2", IterationTiming(0.11, 0.001, 15, 3, 2560.0), 0.11, fit_data="f1",
         host_drift=drift, predicted_fit_speed_s={at_fit_speed}))
 """
@@ -332,13 +332,13 @@ def test_a_prediction_moved_by_the_hosts_drift_is_not_a_model_drift(pytester, pl
 
 TWO_WORKLOADS = """
 import pytest
-from perfmodel.e2e.single import E2EResult, IterationTiming
+from perfmodel.e2e.result import IterationTiming, MeasuredIteration
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("name,predicted_s,own_s", [("mlp_small", 0.104, 0.101),
                                                     ("cnn_resnet", 0.091, 0.09)])
 def test_planted(perfmodel_session, name, predicted_s, own_s):
-    perfmodel_session.record_e2e(E2EResult(name, IterationTiming(0.1, 0.001, 15, 3, 2560.0),
+    perfmodel_session.record_e2e(MeasuredIteration(name, IterationTiming(0.1, 0.001, 15, 3, 2560.0),
                                            predicted_s, predicted_own_s=own_s))
 """
 
@@ -368,13 +368,14 @@ def test_summary_warns_of_ops_predicted_beyond_the_fitted_configs(pytester, plan
     results, _ = planted_results
     pytester.makepyfile("""
 import pytest
-from perfmodel.e2e.single import E2EResult, IterationTiming
+from perfmodel.e2e.result import IterationTiming, MeasuredIteration
+from perfmodel.simulate.result import IterationPrediction
 
 @pytest.mark.e2e
 def test_planted(perfmodel_session):
-    perfmodel_session.record_e2e(E2EResult(
-        "mlp_small", IterationTiming(0.1, 0.001, 15, 3, 2560.0), 0.1,
-        beyond_fit={"linear.forward": (3, 94.2), "relu.backward": (2, 6.1)}))
+    perfmodel_session.record_e2e(MeasuredIteration(
+        "mlp_small", IterationTiming(0.1, 0.001, 15, 3, 2560.0), IterationPrediction(
+            0.1, beyond_fit={"linear.forward": (3, 94.2), "relu.backward": (2, 6.1)})))
 """)
     out = run_plugin(pytester, results, "-m", "e2e")
     out.stdout.fnmatch_lines([

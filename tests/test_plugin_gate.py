@@ -13,12 +13,12 @@ pytestmark = pytest.mark.usefixtures("heavy_modules_loaded_once")
 #: One planted E2E result of ``name``: 100 ms measured, ``predicted_s`` predicted.
 PLANTED = """
 import pytest
-from perfmodel.e2e.single import E2EResult, IterationTiming
+from perfmodel.e2e.result import IterationTiming, MeasuredIteration
 
 @pytest.mark.e2e
 def test_planted(perfmodel_session):
     perfmodel_session.record_e2e(
-        E2EResult("{name}", IterationTiming(0.1, 0.001, 15, 3, 2560.0), {predicted_s}))
+        MeasuredIteration("{name}", IterationTiming(0.1, 0.001, 15, 3, 2560.0), {predicted_s}))
 """
 
 
@@ -232,14 +232,17 @@ def test_worker_results_reach_the_controller_whole(tmp_path):
     workloads gated are those every worker could build; lines are not repeated."""
     import numpy as np
 
-    from perfmodel.e2e.single import E2EResult, IterationTiming
+    from perfmodel.e2e.result import IterationTiming, MeasuredIteration
+    from perfmodel.simulate.result import Coverage, IterationPrediction
     from pytest_perfmodel.workers import merge_worker_output, worker_output
 
-    result = E2EResult("mlp_small", IterationTiming(0.1, 0.001, 15, 3, 2560.0),
-                       np.float64(0.104), breakdown_s={"gemm": 0.05, "host overhead": 0.01},
-                       unmodelled=[("bwd:PowBackward0", 2, 0.017)],
-                       overhead_workloads=("mlp_small", "cnn_resnet"), fit_data="f1",
-                       beyond_fit={"linear.forward": (3, 94.2)}, traced_gaps_s=0.011)
+    prediction = IterationPrediction(
+        np.float64(0.104), breakdown_s={"gemm": 0.05, "host overhead": 0.01},
+        coverage=Coverage(0.9, 0.08, 0.02, 0.1), unmodelled=[("bwd:PowBackward0", 2, 0.017)],
+        beyond_fit={"linear.forward": (3, 94.2)})
+    result = MeasuredIteration("mlp_small", IterationTiming(0.1, 0.001, 15, 3, 2560.0),
+                               prediction, overhead_workloads=("mlp_small", "cnn_resnet"),
+                               fit_data="f1", traced_gaps_s=0.011)
     first, second = _session(tmp_path), _session(tmp_path)
     first.e2e.append(result)
     first.e2e_expected = {"mlp_small"}  # it found cnn_resnet cannot be built

@@ -247,8 +247,9 @@ def test_plugin_report_without_data_is_a_warning(pytester, tmp_path):
 
 
 def test_timelines_of_an_e2e_result(report):
-    """The library call for a fresh :class:`E2EResult`: measured and simulated spans."""
-    from perfmodel.e2e.single import E2EResult, IterationTiming, shared_table
+    """The library call for a fresh :class:`MeasuredIteration`: measured and simulated spans."""
+    from perfmodel.e2e.result import IterationTiming, MeasuredIteration
+    from perfmodel.e2e.single import shared_table
     from perfmodel.fit.fitting import load_latest_fit
     from perfmodel.simulate.predict import predict_graph
     from perfmodel.report.plots import timeline_figure
@@ -258,9 +259,9 @@ def test_timelines_of_an_e2e_result(report):
     _, graph = stored_graph(store.dir, "dlrm_tbe")
     table, _ = shared_table(store.dir, SPEC.mem_bandwidth_Bps)
     prediction = predict_graph(graph, load_latest_fit(store)[0], table)
-    result = E2EResult("dlrm_tbe", IterationTiming(0.01, 0.001, 5, 2, 800.0),
-                       prediction.total_s, prediction=prediction, graph=graph)
+    result = MeasuredIteration("dlrm_tbe", IterationTiming(0.01, 0.001, 5, 2, 800.0),
+                               prediction, graph=graph)
     measured, simulated = e2e_timelines(result, stored_trace_files(store.dir, "dlrm_tbe"))
-    assert max(s.end_s for s in simulated) == pytest.approx(prediction.total_s)
+    assert max(s.end_s for s in simulated) == pytest.approx(prediction.predicted_s)
     assert {s.category for s in simulated} >= {"gemm", "host overhead"}
     assert measured and timeline_figure("dlrm_tbe", measured, simulated).axes

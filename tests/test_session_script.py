@@ -22,7 +22,7 @@ def planted_runs(monkeypatch):
     """``Session.run_e2e`` records planted results instead of tracing and timing:
     100 ms measured, each run predicted at the next of ``predicted`` (a list the
     test fills)."""
-    from perfmodel.e2e.single import E2EResult, IterationTiming
+    from perfmodel.e2e.result import IterationTiming, MeasuredIteration
     from perfmodel.session import Session
 
     predicted: list[float] = []
@@ -30,8 +30,9 @@ def planted_runs(monkeypatch):
     def run_e2e(self, workload):
         runs = self.settings.baseline_runs if self.options.save_baseline else 1
         for _ in range(runs):
-            self.record_e2e(E2EResult(workload, IterationTiming(0.1, 0.001, 15, 3, 2560.0),
-                                      predicted.pop(0)))
+            self.record_e2e(MeasuredIteration(workload,
+                                              IterationTiming(0.1, 0.001, 15, 3, 2560.0),
+                                              predicted.pop(0)))
 
     monkeypatch.setattr(Session, "run_e2e", run_e2e)
     return predicted

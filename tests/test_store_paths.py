@@ -20,7 +20,7 @@ OWNER = "perfmodel/store/"
 #: file names, then patterns of file names (f-strings are matched on their literal text).
 RESERVED_NAMES = {paths.DEFAULT_ROOT, paths.SPEC_FILE, paths.RUNS, paths.PREDICTORS,
                   paths.FIT_INDEX, paths.OVERHEADS, paths.TRACES, paths.REPORT,
-                  paths.REPORT_INDEX, paths.STABILITY, paths.DRIFT}
+                  paths.REPORT_INDEX, paths.STABILITY, paths.DRIFT, paths.REPLAY}
 RESERVED_PATTERNS = (
     re.compile(r"^baseline-"),                     # baseline-<profile>.json
     re.compile(r"^device-"),                       # device-<N>threads.json
@@ -28,6 +28,7 @@ RESERVED_PATTERNS = (
     re.compile(r"\.jsonl$"),                       # runs/<run-id>.jsonl
     re.compile(r"\.(et|kineto|calibration)\.json$"),  # traces/<name>.*.json
     re.compile(r"\.(png|unreadable)$"),            # report figures; set-aside files
+    re.compile(r"\.json\.gz$"),                    # replay/<workload>.json.gz
 )
 
 #: Offenders waiting for their owners (files being rewritten elsewhere), as
@@ -137,6 +138,7 @@ def test_pending_offenders_still_exist():
     'p = out / f"{name}.kineto.json"',
     'SPEC = "device.json"',
     'p = root / key / "report" / "index.html"',
+    'p = folder / "replay" / f"{workload}.json.gz"',
 ])
 def test_the_check_catches_a_path_built_by_hand(source):
     assert path_pieces(source), source
@@ -163,12 +165,13 @@ def test_names_match_the_layout(tmp_path):
         "baseline": paths.baseline_file(folder, "quick"),
         "overhead": paths.overhead_file(folder, "mlp_small"),
         "stability": paths.stability_file(folder, "r1"), "drift": paths.drift_file(folder, "r1"),
-        "report": paths.report_index(folder)}.items()}
+        "report": paths.report_index(folder),
+        "replay": paths.replay_file(folder, "dlrm_mp@2")}.items()}
     assert rel == {"spec": "device.json", "threads": "device-1threads.json",
                    "run": "runs/r1.jsonl", "fit": "predictors/r1", "index": "predictors/r1/index.json",
                    "baseline": "baseline-quick.json", "overhead": "overheads/mlp_small.json",
                    "stability": "stability/r1.json", "drift": "drift/r1.json",
-                   "report": "report/index.html"}
+                   "report": "report/index.html", "replay": "replay/dlrm_mp@2.json.gz"}
     et, kineto, calibration = paths.trace_files(paths.traces_dir(folder), "w.rank0")
     assert (et.name, kineto.name, calibration.name) == (
         "w.rank0.et.json", "w.rank0.kineto.json", "w.rank0.calibration.json")
@@ -190,6 +193,12 @@ def test_listings_read_back_what_the_names_build(tmp_path):
     assert paths.threads_spec_files(folder) == {4: paths.threads_spec_file(folder, 4)}
     assert paths.device_keys(tmp_path) == ["cpu-x-2c"]
     assert paths.device_keys(tmp_path / "missing") == []
+    assert paths.replay_files(folder) == {}
+    for workload in ("mlp_small", "dlrm_mp@2"):
+        paths.replay_file(folder, workload).parent.mkdir(parents=True, exist_ok=True)
+        paths.replay_file(folder, workload).write_bytes(b"")
+    assert paths.replay_files(folder) == {w: paths.replay_file(folder, w)
+                                          for w in ("dlrm_mp@2", "mlp_small")}
 
 
 @pytest.mark.parametrize("bad", ["", "..", "a/b", "a\\b"])

@@ -137,23 +137,27 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from perfmodel.e2e.forecast import forecast_trace, forecast_workload
+    """Print the IterationPrediction of a saved trace, or the MeasuredIteration of
+    a workload (measured with --measure)."""
+    from perfmodel.e2e.forecast import forecast_trace, forecast_workload, trace_name
 
     if (args.workload is None) == (args.trace is None):
         raise ValueError("give a workload name or --trace ET_FILE, not both or neither")
     if args.trace is not None:
         if args.measure:
             raise ValueError("--measure needs a workload: a saved trace cannot be run")
-        result = forecast_trace(Path(args.trace), args.kineto and Path(args.kineto),
-                                args.calibration and Path(args.calibration),
-                                Path(args.results), args.device, args.threads)
+        prediction = forecast_trace(Path(args.trace), args.kineto and Path(args.kineto),
+                                    args.calibration and Path(args.calibration),
+                                    Path(args.results), args.device, args.threads)
+        lines = prediction.lines(trace_name(Path(args.trace)))
     else:
         try:
             result = forecast_workload(args.workload, Path(args.results), args.device,
                                        args.size, args.seed, args.measure, args.threads)
         except ImportError as exc:
             raise ValueError(f"workload {args.workload} needs a missing package ({exc})") from None
-    print("\n".join(result.lines()))
+        lines = result.lines()
+    print("\n".join(lines))
     return 0
 
 
@@ -237,6 +241,51 @@ def _stats(args: argparse.Namespace) -> int:
         print(f"warning: skipped {problem}", file=sys.stderr)
     print("\n".join(format_stats(report)))
     return 1 if report.failed else 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from perfmodel.replay.rerun import format_json, format_text, replay_device, replay_devices
+
+    root = Path(args.results)
+    if args.device is not None:
+        keys = [args.device]
+    else:
+        keys = replay_devices(root)
+        if not keys:
+            raise ValueError(f"no replay cases under {root}; the e2e items save them "
+                             f"(pytest suites/test_e2e.py -m e2e)")
+    devices = [replay_device(root, key, args.fit and Path(args.fit), args.workload,
+                             args.attribute) for key in keys]
+    if args.json:
+        print(format_json(devices, args.attribute))
+    else:
+        print("\n".join(format_text(devices, args.attribute)))
+    return 0
+
+
+def _add_replay_command(sub) -> None:
+    replay = sub.add_parser(
+        "replay", help="predict the stored replay cases again with the current code",
+        description="Predict every stored E2E capture (RESULTS/<device-key>/replay/*.json.gz) "
+                    "again with the current code, a stored fit (default: the newest of the "
+                    "case's thread count) and the device's shared overhead table, and print "
+                    "per workload the predicted and measured time, the error and the GMAE. "
+                    "Needs neither torch's device nor the workloads: any machine replays any "
+                    "device. The output is deterministic.")
+    _results(replay)
+    replay.add_argument("--device", default=None,
+                        help="device key, a folder under RESULTS (default: every device with "
+                             "replay cases)")
+    replay.add_argument("--fit", default=None, metavar="PATH",
+                        help="a predictors folder (RESULTS/<key>/predictors/<run-id>) to "
+                             "predict with")
+    replay.add_argument("--workload", nargs="+", default=None, metavar="NAME",
+                        help="only these workloads")
+    replay.add_argument("--attribute", action="store_true",
+                        help="per op family and for the worst ops: predicted against traced "
+                             "time and the contribution to the E2E error")
+    replay.add_argument("--json", action="store_true", help="machine-readable output")
+    replay.set_defaults(func=_replay)
 
 
 def _detecting(parser: argparse.ArgumentParser) -> None:
@@ -393,6 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(func=_report)
     _add_prune_command(sub)
     _add_analysis_commands(sub)
+    _add_replay_command(sub)
     return parser
 
 

@@ -15,7 +15,7 @@ the stored per-op fit (collectives by their fitted communication predictor,
 the ranks together (:func:`perfmodel.simulate.walk.simulate_ranks`) on a host
 they share as that contention, the host's drift and the thread counts below say
 (one :class:`~perfmodel.simulate.host.HostModel`) and writes one JSON result, which
-the parent turns into an :class:`~perfmodel.e2e.single.E2EResult` named
+the parent turns into a :class:`~perfmodel.e2e.result.MeasuredIteration` named
 ``<workload>@<W>``.
 
 Thread counts. The ranks share the cores this process may run on: each runs
@@ -63,22 +63,25 @@ import tempfile
 import time
 import traceback
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable
 
 from perfmodel.store import paths as store_paths
 from perfmodel.measure.contention import Contention, measure_contention
 from perfmodel.measure.drift import HostDrift, HostSpeed, measure_host_speed
-from perfmodel.e2e.single import (MEASURE, TRACE_ITERATIONS, TRACE_WARMUP, E2EResult,
-                                  IterationTiming, shared_table, traces_dir)
+from perfmodel.e2e.result import IterationTiming, MeasuredIteration
+from perfmodel.e2e.single import (MEASURE, TRACE_ITERATIONS, TRACE_WARMUP, shared_table,
+                                  traces_dir)
 from perfmodel.trace.graph import Graph, build_graph
 from perfmodel.trace.overheads import OverheadTable, samples_from_graph, table_from_samples
 from perfmodel.plaindata import write_json_atomic
-from perfmodel.simulate.predict import NON_OP_CATEGORIES, CommPrice, beyond_fit, sim_tasks
+from perfmodel.simulate.predict import (NON_OP_CATEGORIES, CommPrice, beyond_fit, coverage,
+                                        graph_prediction, sim_tasks)
+from perfmodel.simulate.result import IterationPrediction
 from perfmodel.ops.collective import HOST_CPU, LOADED
 from perfmodel.simulate.host import HostModel, oversubscription
-from perfmodel.simulate.walk import MultiRankResult, simulate_ranks
+from perfmodel.simulate.walk import simulate_ranks
 from perfmodel.trace.parse import TraceFiles, capture_trace, load_trace
 
 #: Default wall-clock limit of one multi-rank run (s).
@@ -143,16 +146,9 @@ def drift_unavailable(fit, threads: int, profile: str = "quick") -> str | None:
             f"--perfmodel-profile {profile} --perfmodel-threads {threads}")
 
 
-@dataclass
-class RanksPrediction:
-    """A simulated multi-rank iteration: the simulation, and the per-rank
-    breakdowns summed over ranks and divided by W (s per rank)."""
-
-    total_s: float
-    breakdown_s: dict[str, float]
-    regions_s: dict[str, float]
-    sim: MultiRankResult
-    no_predictor: dict[str, int]
+#: The old result type of :func:`predict_ranks`, kept for one release: a
+#: multi-rank prediction is an :class:`IterationPrediction` with its ranks now.
+RanksPrediction = IterationPrediction
 
 
 def comm_pricer(fit) -> Callable[[str, dict[str, int]], CommPrice]:
@@ -197,30 +193,55 @@ def measured_world_sizes(predictor) -> set[int]:
 
 def predict_ranks(graphs: list[Graph], fit, table: OverheadTable,
                   bias: dict[str, float] | None = None, keep_timeline: bool = True,
-                  host: HostModel | None = None) -> RanksPrediction:
+                  host: HostModel | None = None) -> IterationPrediction:
     """Predict one iteration of the ranks whose task graphs are ``graphs``
     (rank order) on a host they share as ``host`` says (None: nothing but the
-    collectives' loaded times; see :mod:`perfmodel.simulate.host`); the
-    predicted time is the slowest rank's. Each op's fitted time is priced by
-    :meth:`~perfmodel.simulate.host.HostModel.op_seconds` (the host's drift
+    collectives' loaded times; see :mod:`perfmodel.simulate.host`): the
+    predicted time is the slowest rank's, the breakdowns and regions the mean
+    per rank, the unmodelled nodes' shares the mean per rank, the coverage that
+    of every rank's traced time, and each rank's own prediction is in
+    :attr:`~perfmodel.simulate.result.IterationPrediction.ranks`. Each op's
+    fitted time is priced by :meth:`~perfmodel.simulate.host.HostModel.op_seconds` (the host's drift
     since the fit, then the contention beside the other ranks), the other host
     work and each collective's CPU time by
     :meth:`~perfmodel.simulate.host.HostModel.slow_host_work`; the collectives'
     times are not slowed: they were measured on ranks sharing the CPU."""
     host = host or HostModel()
     comm = comm_pricer(fit)
-    per_rank, missing = [], {}
+    per_rank, rank_missing, missing = [], [], {}
     for graph in graphs:
-        tasks, rank_missing = sim_tasks(graph, fit, table, False, bias, comm, host.op_seconds)
+        tasks, missed = sim_tasks(graph, fit, table, False, bias, comm, host.op_seconds)
         for task in tasks:
             if task.category in NON_OP_CATEGORIES:  # ops were priced by op_seconds
                 host.slow_host_work(task)
         per_rank.append(tasks)
-        for key, n in rank_missing.items():
+        rank_missing.append(missed)
+        for key, n in missed.items():
             missing[key] = missing.get(key, 0) + n
     sim = simulate_ranks(per_rank, keep_timeline, host)
-    return RanksPrediction(sim.total_s, _mean_over_ranks(r.breakdown_s for r in sim.ranks),
-                           _mean_over_ranks(r.regions_s for r in sim.ranks), sim, missing)
+    ranks = [graph_prediction(g, walk, missed, beyond_fit(g.tasks, fit), comm_priced=True)
+             for g, walk, missed in zip(graphs, sim.ranks, rank_missing)]
+    every_task = [t for g in graphs for t in g.tasks]
+    traced = [g.measured_s for g in graphs if g.measured_s is not None]
+    return IterationPrediction(
+        sim.total_s, _mean_over_ranks(r.breakdown_s for r in sim.ranks),
+        _mean_over_ranks(r.regions_s for r in sim.ranks),
+        coverage(every_task, missing, comm_priced=True), _unmodelled_over_ranks(graphs),
+        missing, len(every_task), max(traced) if traced else None,
+        beyond_fit(every_task, fit), ranks=ranks, collective_start_s=sim.collective_start_s)
+
+
+def _unmodelled_over_ranks(graphs: list[Graph]) -> list[tuple[str, int, float]]:
+    """(name, count over ranks, mean share of a rank's traced time) of every
+    unmodelled node name, largest share first."""
+    unmodelled: dict[str, list] = {}
+    for graph in graphs:
+        for name, count, time_share in graph.unmodelled():
+            row = unmodelled.setdefault(name, [name, 0, 0.0])
+            row[1] += count
+            row[2] += (time_share or 0.0) / len(graphs)
+    return [tuple(row) for row in sorted(unmodelled.values(),
+                                         key=lambda r: (-r[2], -r[1], r[0]))]
 
 
 def _mean_over_ranks(tables) -> dict[str, float]:
@@ -266,15 +287,16 @@ def measure_ranks(step: Callable[[], object], barrier: Callable[[], object],
 
 def run_multirank(workload: str, world_size: int, results_root: Path, device_key: str,
                   bandwidth_B_per_s: float, profile: str = "quick", cores: int | None = None,
-                  timeout_s: float = DEFAULT_TIMEOUT_S, bias: dict[str, float] | None = None
-                  ) -> E2EResult:
+                  timeout_s: float = DEFAULT_TIMEOUT_S, bias: dict[str, float] | None = None,
+                  replay: Path | None = None) -> MeasuredIteration:
     """Run ``workload`` on ``world_size`` ranks under ``mpiexec`` and return its
     result as ``<workload>@<world_size>``. The fit and overhead table are read
     from ``results_root/<device_key>/``; ``cores`` (default: this process's)
     are shared out among the ranks, and the fit must be one measured at the
     ranks' thread count (:func:`rank_threads`). Raises :class:`MultirankError`
     when there is no such fit (before starting any rank), or when the ranks
-    fail or run past ``timeout_s``."""
+    fail or run past ``timeout_s``. ``replay``: a file where rank 0 saves the
+    ranks' capture as a replay case (:func:`save_ranks_replay`)."""
     from perfmodel.device.probe import usable_cpus
     from perfmodel.world import mpiexec_path
     from perfmodel.store.results import ResultStore
@@ -293,6 +315,8 @@ def run_multirank(workload: str, world_size: int, results_root: Path, device_key
                "--workload", cfg.name, "--results", str(results_root), "--device-key",
                device_key, "--bandwidth", repr(bandwidth_B_per_s), "--profile", profile,
                "--cores", str(cores), "--bias", json.dumps(bias or {}), "--out", str(out)]
+        if replay is not None:
+            cmd += ["--replay", str(replay)]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=_child_environment(), start_new_session=True)
         try:
@@ -305,7 +329,7 @@ def run_multirank(workload: str, world_size: int, results_root: Path, device_key
         if proc.returncode != 0 or not out.is_file():
             raise MultirankError(f"{cfg.name}@{world_size}: mpiexec exited with "
                                  f"{proc.returncode}\n{_tail(stdout, stderr)}")
-        return E2EResult.from_plain(json.loads(out.read_text(encoding="utf-8")))
+        return MeasuredIteration.from_plain(json.loads(out.read_text(encoding="utf-8")))
 
 
 def _child_environment() -> dict[str, str]:
@@ -416,6 +440,34 @@ def _run_rank(args: argparse.Namespace, world, label: str) -> None:
                                json.loads(args.bias), torch.get_num_threads(), args.cores,
                                contention, speed)
         write_json_atomic(Path(args.out), record)
+        if args.replay:
+            save_ranks_replay(Path(args.replay), record, graphs, timing[0], args.device_key,
+                              args.bandwidth, args.cores, cfg, SIZES[args.profile])
+
+
+def save_ranks_replay(path: Path, record: dict, graphs: list[Graph], measured: IterationTiming,
+                      device_key: str, bandwidth_B_per_s: float, cores: int, config,
+                      size: str) -> Path:
+    """Save the ranks' capture (every rank's task graph, the measured iteration and
+    what their shared host needs: threads, cores, contention, rank 0's host speed;
+    ``record``: :func:`result_record`'s; ``config`` the workload's at ``size``) as a
+    replay case at ``path`` (:mod:`perfmodel.replay.case`)."""
+    from perfmodel.measure.env import environment
+    from perfmodel.replay.case import ReplayCase, measured_timing, plain_config, save_case
+
+    threads = record["threads_per_rank"]
+    label = record["workload"]
+    return save_case(path, ReplayCase(
+        label, device_key, False, bandwidth_B_per_s, threads, graphs,
+        measured_timing(measured.median_s, measured.sd_s, measured.repeat, measured.number,
+                        measured.items_per_s),
+        plain_config(environment(device_key, threads)),
+        {"world_size": len(graphs), "size": size, **plain_config(config)},
+        ranks=plain_config({"threads_per_rank": threads, "cores": cores,
+                            "contention": record["contention"],
+                            "host_speed": record["host_speed"]}),
+        recorded=plain_config({"predicted_s": record["predicted_s"],
+                               "fit_data": record["fit_data"], "bias": record["bias"]})))
 
 
 def _small_all_to_all(world_size: int) -> Callable[[], object]:
@@ -449,13 +501,6 @@ def result_record(label: str, graphs: list[Graph], fit, table: OverheadTable,
     own = predict_ranks(graphs, fit, own_table, bias, keep_timeline=False, host=host)
     at_fit_speed = shared if drift is None else predict_ranks(
         graphs, fit, table, bias, keep_timeline=False, host=replace(host, drift=None))
-    unmodelled: dict[str, list] = {}
-    for graph in graphs:
-        for name, count, time_share in graph.unmodelled():
-            row = unmodelled.setdefault(name, [name, 0, 0.0])
-            row[1] += count
-            row[2] += (time_share or 0.0) / len(graphs)
-    traced = [g.measured_s for g in graphs if g.measured_s is not None]
     return {
         "workload": label, "world_size": len(graphs), "threads_per_rank": threads,
         "cores": cores, "cpu_share": host.cpu_share, "comm_host_share": host.comm_host_share,
@@ -468,13 +513,13 @@ def result_record(label: str, graphs: list[Graph], fit, table: OverheadTable,
         "measured_rank_median_s": rank_medians,
         "predicted_s": shared.total_s, "predicted_own_s": own.total_s,
         "predicted_fit_speed_s": at_fit_speed.total_s,
-        "predicted_rank_s": [r.total_s for r in shared.sim.ranks],
-        "collective_start_s": shared.sim.collective_start_s,
+        "predicted_rank_s": [r.predicted_s for r in shared.ranks],
+        "collective_start_s": shared.collective_start_s,
         "breakdown_s": shared.breakdown_s, "regions_s": shared.regions_s,
-        "unmodelled": sorted(unmodelled.values(), key=lambda r: (-r[2], -r[1], r[0])),
-        "no_predictor": shared.no_predictor, "n_tasks": sum(len(g.tasks) for g in graphs),
-        "beyond_fit": beyond_fit([t for g in graphs for t in g.tasks], fit),
-        "traced_s": max(traced) if traced else None,
+        "unmodelled": [list(row) for row in shared.unmodelled],
+        "no_predictor": shared.no_predictor, "n_tasks": shared.n_tasks,
+        "beyond_fit": shared.beyond_fit, "traced_s": shared.traced_s,
+        "coverage": None if shared.coverage is None else asdict(shared.coverage),
         "overhead_workloads": list(table.workloads), "bias": bias,
         "fit_data": fit.data_id}
 
@@ -494,6 +539,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--cores", type=int, required=True, help="cores shared by the ranks")
     parser.add_argument("--bias", default="{}", help="planted prediction error, JSON")
     parser.add_argument("--out", required=True, help="rank 0's JSON result")
+    parser.add_argument("--replay", default=None, help="rank 0's replay case (gzip JSON)")
     return parser
 
 

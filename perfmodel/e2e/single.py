@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 import time
 import warnings
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -26,7 +26,9 @@ from perfmodel.trace.graph import Graph, build_graph
 from perfmodel.trace.overheads import (OverheadTable, load_all_samples, load_samples,
                                  samples_from_graph, save_samples, table_from_samples,
                                  traced_gaps_s, with_earlier_leaves)
-from perfmodel.simulate.predict import Prediction, predict_graph
+from perfmodel.e2e.result import IterationTiming, MeasuredIteration
+from perfmodel.e2e.result import traced_breakdown  # noqa: F401  (its old home)
+from perfmodel.simulate.predict import predict_graph
 from perfmodel.trace.parse import capture_trace, load_trace
 
 #: Iterations captured per trace (the last one is predicted) and warm-up before.
@@ -39,154 +41,9 @@ GPU_WORKLOAD_SIZE = {"smoke": "tiny", "quick": "full", "gpu": "full", "full": "f
 MEASURE = {"smoke": (2, 5, 2), "quick": (10, 30, 5), "gpu": (10, 30, 5), "full": (20, 50, 10)}
 
 
-@dataclass(frozen=True)
-class IterationTiming:
-    """Measured iteration time: median and sd over ``repeat`` blocks (seconds)."""
-
-    median_s: float
-    sd_s: float
-    repeat: int
-    number: int
-    items_per_s: float
-
-
-@dataclass
-class E2EResult:
-    """Predicted against measured iteration time of one workload (seconds).
-
-    ``predicted_s`` uses the device's shared overhead table;
-    ``predicted_own_s`` the table of this workload's own trace only (the
-    seed work's "per-workload overheads"), for comparison.
-    """
-
-    workload: str
-    measured: IterationTiming
-    predicted_s: float
-    breakdown_s: dict[str, float] = field(default_factory=dict)
-    predicted_own_s: float | None = None
-    regions_s: dict[str, float] = field(default_factory=dict)
-    unmodelled: list = field(default_factory=list)  # (name, count, share of traced time)
-    no_predictor: dict[str, int] = field(default_factory=dict)
-    n_tasks: int = 0
-    traced_s: float | None = None
-    overhead_workloads: tuple[str, ...] = ()
-    bias: dict[str, float] = field(default_factory=dict)  # planted prediction error, if any
-    #: host-overhead seconds of the trace, counted robustly (see
-    #: :func:`perfmodel.trace.overheads.traced_gaps_s`); None when not traced here
-    traced_gaps_s: float | None = None
-    #: the measured median (s) of a first measurement that failed the gate's error
-    #: check and was repeated (see :func:`measure_again`); None when measured once
-    first_measured_s: float | None = None
-    #: training-data id of the fit that predicted it
-    #: (:attr:`perfmodel.fit.fitting.FitReport.data_id`); None when not known
-    fit_data: str | None = None
-    #: on several ranks of one host: the slowdown of memory-bound ops beside the
-    #: other ranks that they measured (:meth:`perfmodel.measure.contention.Contention.to_dict`)
-    contention: dict[str, float] | None = None
-    #: on several ranks: how much slower the host ran than at the fit's
-    #: measurements (:meth:`perfmodel.measure.drift.HostDrift.to_dict`), and the
-    #: prediction without that drift (s); None when not measured
-    host_drift: dict[str, float] | None = None
-    predicted_fit_speed_s: float | None = None
-    #: ``op.direction`` -> (calls, largest ratio) predicted beyond the fit's
-    #: configs (:func:`perfmodel.simulate.predict.beyond_fit`); None when the fit does not say
-    beyond_fit: dict[str, tuple[int, float]] | None = None
-    prediction: Prediction | None = field(default=None, repr=False)
-    graph: Graph | None = field(default=None, repr=False)
-
-    @property
-    def model_predicted_s(self) -> float:
-        """The prediction at the fit's host speed (s): :attr:`predicted_s`
-        without the host's drift, which moves with the host rather than the model
-        (what the gate's drift check compares)."""
-        return self.predicted_s if self.predicted_fit_speed_s is None \
-            else self.predicted_fit_speed_s
-
-    @property
-    def error(self) -> float:
-        """|predicted - measured| / measured, a fraction."""
-        return abs(self.predicted_s - self.measured.median_s) / self.measured.median_s
-
-    @property
-    def signed_error(self) -> float:
-        """(predicted - measured) / measured: positive when over-predicted."""
-        return (self.predicted_s - self.measured.median_s) / self.measured.median_s
-
-    @property
-    def predicted_gaps_s(self) -> float:
-        """Predicted host-overhead seconds (the taxonomy's gaps, not the unmodelled
-        nodes): the prediction's ``host overhead`` share."""
-        return self.breakdown_s.get("host overhead", 0.0)
-
-    @property
-    def error_own(self) -> float | None:
-        """The error with the workload's own overhead table."""
-        if self.predicted_own_s is None:
-            return None
-        return abs(self.predicted_own_s - self.measured.median_s) / self.measured.median_s
-
-    @property
-    def unmodelled_share(self) -> float:
-        """Share of the traced iteration spent in unmodelled nodes (fraction)."""
-        return sum(share or 0.0 for _, _, share in self.unmodelled)
-
-    def to_plain(self) -> dict:
-        """This result as plain data, without its prediction and task graph
-        (large, and needed by neither the summary nor the gate); see
-        :meth:`from_plain`."""
-        plain = {f.name: getattr(self, f.name) for f in fields(self)
-                 if f.name not in ("prediction", "graph")}
-        plain["measured"] = asdict(self.measured)
-        return plain
-
-    @classmethod
-    def from_plain(cls, data: Mapping[str, Any]) -> E2EResult:
-        """The result that ``data`` names field by field (:meth:`to_plain` output
-        after a JSON round trip, or a multi-rank run's record): other keys are
-        ignored, missing fields take their defaults, lists become tuples where
-        the fields hold tuples."""
-        known = {f.name for f in fields(cls)}
-        args = {k: v for k, v in data.items() if k in known}
-        args["measured"] = IterationTiming(**data["measured"])
-        args["unmodelled"] = [tuple(row) for row in args.get("unmodelled") or []]
-        args["overhead_workloads"] = tuple(args.get("overhead_workloads") or ())
-        if args.get("beyond_fit") is not None:
-            args["beyond_fit"] = {k: tuple(v) for k, v in args["beyond_fit"].items()}
-        return cls(**args)
-
-    def record(self, env: dict) -> dict:
-        """The store record of this result."""
-        return {"kind": "e2e", "workload": self.workload, "measured_s": self.measured.median_s,
-                "measured_sd_s": self.measured.sd_s, "repeat": self.measured.repeat,
-                "number": self.measured.number, "items_per_s": self.measured.items_per_s,
-                "predicted_s": self.predicted_s, "error": self.error,
-                "signed_error": self.signed_error,
-                "predicted_own_s": self.predicted_own_s, "error_own": self.error_own,
-                "breakdown_s": self.breakdown_s, "regions_s": self.regions_s,
-                "traced_breakdown_s": {} if self.graph is None else traced_breakdown(self.graph),
-                "unmodelled": [list(row) for row in self.unmodelled],
-                "no_predictor": self.no_predictor, "n_tasks": self.n_tasks,
-                "traced_s": self.traced_s,
-                "overhead_workloads": list(self.overhead_workloads), "bias": self.bias,
-                "traced_gaps_s": self.traced_gaps_s, "first_measured_s": self.first_measured_s,
-                **({"fit_data": self.fit_data} if self.fit_data else {}),
-                **({"contention": self.contention} if self.contention else {}),
-                "beyond_fit": self.beyond_fit,
-                **({"host_drift": self.host_drift,
-                    "predicted_fit_speed_s": self.predicted_fit_speed_s}
-                   if self.host_drift else {}), "env": env}
-
-
-def traced_breakdown(graph: Graph) -> dict[str, float]:
-    """Traced seconds per category of ``graph``, keyed as
-    :attr:`Prediction.breakdown_s` is: device time of kernels where the task has
-    them, host time otherwise (profiler overhead included)."""
-    out: dict[str, float] = {}
-    for task in graph.tasks:
-        key = {"overhead": "host overhead", "unmodelled": "unmodelled"}.get(task.kind, task.family)
-        seconds = sum(k.dur_s for k in task.kernels) if task.kernels else task.measured_s or 0.0
-        out[key] = out.get(key, 0.0) + seconds
-    return dict(sorted(out.items()))
+#: The old name of :class:`~perfmodel.e2e.result.MeasuredIteration`, kept for one
+#: release: other modules and users' scripts still import it from here.
+E2EResult = MeasuredIteration
 
 
 def measure_iteration(step: Callable[[], object], items: int, warmup: int = 10, repeat: int = 30,
@@ -259,7 +116,7 @@ def shared_table(results_dir: Path, bandwidth_B_per_s: float) -> tuple[OverheadT
 def predict_and_measure(name: str, step: Callable[[], object], items: int, graph: Graph, fit,
                         table: OverheadTable, device: str, bandwidth_B_per_s: float,
                         measure: bool = True, bias: dict[str, float] | None = None,
-                        profile: str = "quick") -> E2EResult:
+                        profile: str = "quick") -> MeasuredIteration:
     """Predict ``graph`` with the shared ``table`` and with its own overheads,
     then measure ``step`` as :data:`MEASURE` says for ``profile`` (unless
     ``measure`` is False: measured is then NaN). ``bias`` plants a prediction
@@ -274,15 +131,40 @@ def predict_and_measure(name: str, step: Callable[[], object], items: int, graph
     else:
         nan = float("nan")
         measured = IterationTiming(nan, nan, 0, 0, nan)
-    return E2EResult(name, measured, shared.total_s, shared.breakdown_s, own.total_s,
-                     dict(sorted(shared.sim.regions_s.items())), shared.unmodelled,
-                     shared.no_predictor, shared.n_tasks, graph.measured_s, table.workloads,
-                     dict(bias or {}), traced_gaps_s(graph), beyond_fit=shared.beyond_fit,
-                     prediction=shared, graph=graph)
+    return MeasuredIteration(name, measured, shared, own.predicted_s, table.workloads,
+                             dict(bias or {}), traced_gaps_s(graph), graph=graph)
 
 
-def measure_again(result: E2EResult, step: Callable[[], object], items: int, device: str,
-                  profile: str = "quick") -> E2EResult:
+def save_replay(path: Path, result: MeasuredIteration, device_key: str, device: str,
+                bandwidth_B_per_s: float, threads: int | None, env: dict | None = None,
+                config: Mapping[str, Any] | None = None) -> Path:
+    """Save ``result``'s capture (its task graph and measured time, on ``device``)
+    as a replay case at ``path``, replacing the one there
+    (:mod:`perfmodel.replay.case`)."""
+    from perfmodel.replay.case import ReplayCase, measured_timing, plain_config, save_case
+
+    m = result.measured
+    return save_case(path, ReplayCase(
+        result.workload, device_key, device.startswith("cuda"), bandwidth_B_per_s, threads,
+        [result.graph], measured_timing(m.median_s, m.sd_s, m.repeat, m.number, m.items_per_s),
+        plain_config(dict(env or {})), plain_config(dict(config or {})),
+        recorded={"predicted_s": result.predicted_s, "fit_data": result.fit_data,
+                  "bias": dict(result.bias)}))
+
+
+def workload_config(name: str, size: str) -> dict:
+    """Workload ``name``'s config at ``size`` (as :func:`perfmodel.workloads.build_workload`
+    builds it) as plain data, with the size."""
+    from perfmodel.replay.case import plain_config
+    from perfmodel.workloads import get_workload
+
+    cfg = get_workload(name)
+    cfg = cfg.tiny() if size == "tiny" else cfg.full_size() if size == "full" else cfg
+    return {"size": size, **plain_config(cfg)}
+
+
+def measure_again(result: MeasuredIteration, step: Callable[[], object], items: int,
+                  device: str, profile: str = "quick") -> MeasuredIteration:
     """``result`` with its iteration measured once more (as :data:`MEASURE` says for
     ``profile``) and the first measurement's median kept in ``first_measured_s``.
 
@@ -341,8 +223,12 @@ def training_step(model: Any, batch: Any, loss_fn: Callable[[Any, Any], Any],
 def predict_model(model: Any, batch: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any,
                   *, items: int | None = None, name: str = "user_model",
                   results: str | Path = "results", device: str | None = None,
-                  threads: int | None = None, measure: bool = True) -> E2EResult:
-    """Predict (and measure) one training iteration of a user's model.
+                  threads: int | None = None, measure: bool = True,
+                  replay: str | Path | None = None) -> MeasuredIteration:
+    """Predict (and measure) one training iteration of a user's model: a
+    :class:`~perfmodel.e2e.result.MeasuredIteration` (its ``prediction`` an
+    :class:`~perfmodel.simulate.result.IterationPrediction`; NaN measured figures
+    with ``measure=False``).
 
     ``loss_fn(model, batch)`` returns the loss tensor of one batch; one
     iteration is zero_grad, loss, backward, ``optimizer.step()``. Predictions
@@ -350,7 +236,8 @@ def predict_model(model: Any, batch: Any, loss_fn: Callable[[Any, Any], Any], op
     ``results/<device-key>/`` (run ``pytest suites/ -m "microbench or e2e"``
     first to create them). ``items`` (samples per batch, for items/s) defaults
     to the leading dim of the first tensor in ``batch``. The model's own
-    overhead samples are not added to the shared table.
+    overhead samples are not added to the shared table. ``replay``: a file to save
+    the capture to as a replay case (:func:`save_replay`).
     """
     from perfmodel.device.probe import detect_device
     from perfmodel.fit.fitting import load_latest_fit
@@ -366,13 +253,20 @@ def predict_model(model: Any, batch: Any, loss_fn: Callable[[Any, Any], Any], op
     table, table_problems = shared_table(store.dir, spec.mem_bandwidth_Bps)
     for problem in problems + table_problems:
         warnings.warn(f"skipped: {problem}", stacklevel=2)
-    return predict_step(training_step(model, batch, loss_fn, optimizer),
-                        items if items is not None else batch_items(batch), name, fit, table,
-                        torch_device, spec.mem_bandwidth_Bps, measure)
+    result = predict_step(training_step(model, batch, loss_fn, optimizer),
+                          items if items is not None else batch_items(batch), name, fit, table,
+                          torch_device, spec.mem_bandwidth_Bps, measure)
+    if replay is not None:
+        from perfmodel.measure.env import environment
+
+        save_replay(Path(replay), result, spec.key, torch_device, spec.mem_bandwidth_Bps,
+                    spec.threads, environment(spec.key, spec.threads))
+    return result
 
 
 def predict_step(step: Callable[[], object], items: int, name: str, fit, table: OverheadTable,
-                 device: str, bandwidth_B_per_s: float, measure: bool = True) -> E2EResult:
+                 device: str, bandwidth_B_per_s: float, measure: bool = True
+                 ) -> MeasuredIteration:
     """Trace ``step`` into a temporary folder, predict it with ``fit`` and
     ``table``, and measure it: :func:`predict_model` with everything given.
     The host allocator keeps freed memory from here on, as in the sweeps the

@@ -23,7 +23,7 @@ in the direction that makes its expected error, (1 + mean)(1 + shift) - 1, large
 in magnitude than the baseline mean by more than ``min_margin``. A shift that makes
 the prediction better passes. A multi-rank prediction follows the host's speed
 (:class:`perfmodel.measure.drift.HostDrift`); its drift is checked on the prediction at
-the fit's host speed (:attr:`perfmodel.e2e.single.E2EResult.model_predicted_s`), which
+the fit's host speed (:attr:`perfmodel.e2e.result.MeasuredIteration.model_predicted_s`), which
 moves with the model and with the contention the ranks measure in each run
 (:mod:`perfmodel.measure.contention`: a run whose ranks did not slow each other's
 memory prices a multi-rank workload lower; see
@@ -298,7 +298,7 @@ def baseline_errors(records: Iterable[Mapping], profile: str, last_runs: int) ->
     workloads with fewer runs (a multi-rank workload run once would get a spread of
     zero). A record's predicted time is the one the drift check compares: at the
     fit's host speed where it has one (``predicted_fit_speed_s``, multi-rank runs;
-    see :attr:`perfmodel.e2e.single.E2EResult.model_predicted_s`). ValueError when no
+    see :attr:`perfmodel.e2e.result.MeasuredIteration.model_predicted_s`). ValueError when no
     workload has ``last_runs`` runs."""
     by_workload: dict[str, dict[str, Mapping]] = {}
     for r in records:
@@ -758,7 +758,7 @@ def _version_text(value: object) -> str:
 class WorkloadRuns:
     """What the gate reads from a session's E2E results, per workload, in run
     order: signed errors (fractions), predicted times the drift check compares
-    (s, :attr:`~perfmodel.e2e.single.E2EResult.model_predicted_s`) and (predicted,
+    (s, :attr:`~perfmodel.e2e.result.MeasuredIteration.model_predicted_s`) and (predicted,
     traced) host gaps (s; only runs that traced them)."""
 
     errors: dict[str, list[float]] = field(default_factory=dict)
@@ -767,7 +767,7 @@ class WorkloadRuns:
 
     @classmethod
     def of(cls, results) -> WorkloadRuns:
-        """The runs of ``results`` (:class:`~perfmodel.e2e.single.E2EResult`)."""
+        """The runs of ``results`` (:class:`~perfmodel.e2e.result.MeasuredIteration`)."""
         out = cls()
         for r in results:
             out.errors.setdefault(r.workload, []).append(r.signed_error)

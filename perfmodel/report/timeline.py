@@ -99,14 +99,15 @@ def simulate_stored(trace: Trace, graph: Graph, fit, table, on_device: bool
     """(measured, simulated) spans of a stored trace and its ``graph``, simulated
     with ``fit`` and the overhead ``table``."""
     prediction = predict_graph(graph, fit, table, on_device)
-    return measured_timeline(trace, graph), simulated_timeline(prediction.sim.timeline)
+    return measured_timeline(trace, graph), simulated_timeline(prediction.timeline)
 
 
 def e2e_timelines(result, files: TraceFiles) -> tuple[list[Span], list[Span]]:
-    """(measured, simulated) spans of an :class:`~perfmodel.e2e.single.E2EResult` (its
-    ``prediction`` kept its timeline) and the trace files it was built from."""
-    if result.prediction is None:
-        raise ValueError(f"{result.workload}: the E2E result holds no prediction to draw")
+    """(measured, simulated) spans of a :class:`~perfmodel.e2e.result.MeasuredIteration`
+    (its ``prediction`` kept its timeline) and the trace files it was built from;
+    ValueError when it kept none (a result read back from plain data)."""
+    if result.graph is None or not result.prediction.timeline:
+        raise ValueError(f"{result.workload}: the E2E result holds no timeline to draw")
     trace = read_trace(files)
     return (measured_timeline(trace, result.graph),
-            simulated_timeline(result.prediction.sim.timeline))
+            simulated_timeline(result.prediction.timeline))

@@ -9,31 +9,21 @@ overheads (T2.launch + n·T4 + (n-1)·T5 + T3.launch).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from perfmodel.trace.graph import Graph, Task
 from perfmodel.ops import OPS
+from perfmodel.simulate.result import Coverage, IterationPrediction, traced_seconds
+from perfmodel.simulate.result import furthest_beyond  # noqa: F401  (its old home)
 from perfmodel.simulate.walk import COMM_STREAM, SimResult, SimTask, simulate
 
 if TYPE_CHECKING:  # type hints only: the plugin imports parse_bias at start-up
     from perfmodel.trace.overheads import OverheadTable
 
 
-@dataclass
-class Prediction:
-    """A predicted iteration: total (s), breakdown by category (s), what was
-    not modelled, and the simulation itself."""
-
-    total_s: float
-    breakdown_s: dict[str, float]
-    sim: SimResult
-    unmodelled: list[tuple[str, int, float | None]] = field(default_factory=list)
-    no_predictor: dict[str, int] = field(default_factory=dict)
-    n_tasks: int = 0
-    #: ``op.direction`` -> (calls, largest ratio) of op calls predicted beyond
-    #: their fit's configs (see :func:`beyond_fit`); None when the fit does not say
-    beyond_fit: dict[str, tuple[int, float]] | None = None
+#: The old name of :class:`IterationPrediction`, kept for one release: other
+#: modules and users' scripts still import it.
+Prediction = IterationPrediction
 
 
 def op_predictions(tasks: list[Task], fit) -> tuple[list[float | None], dict[str, int]]:
@@ -82,13 +72,6 @@ def beyond_fit(tasks: list[Task], fit, factor: float = BEYOND_FIT_FACTOR
             n, worst = out.get(key, (0, 0.0))
             out[key] = (n + 1, max(worst, ratio))
     return out if known else None
-
-
-def furthest_beyond(beyond: dict[str, tuple[int, float]] | None, n: int = 4
-                    ) -> list[tuple[str, tuple[int, float]]]:
-    """The ``n`` entries of a :func:`beyond_fit` result furthest beyond the fit,
-    furthest first (none for None)."""
-    return sorted((beyond or {}).items(), key=lambda kv: -kv[1][1])[:n]
 
 
 def parse_bias(spec: str) -> dict[str, float]:
@@ -194,10 +177,44 @@ def _device_task(task: Task, device_s: float, table: OverheadTable) -> SimTask:
 
 
 def predict_graph(graph: Graph, fit, table: OverheadTable, on_device: bool = False,
-                  keep_timeline: bool = True, bias: dict[str, float] | None = None) -> Prediction:
+                  keep_timeline: bool = True, bias: dict[str, float] | None = None
+                  ) -> IterationPrediction:
     """Predict the iteration of ``graph`` (``bias``: see :func:`sim_tasks`)."""
     tasks, missing = sim_tasks(graph, fit, table, on_device, bias)
-    sim = simulate(tasks, keep_timeline=keep_timeline)
-    return Prediction(sim.total_s, dict(sorted(sim.breakdown_s.items())), sim,
-                      graph.unmodelled(), missing, len(graph.tasks),
-                      beyond_fit(graph.tasks, fit))
+    return graph_prediction(graph, simulate(tasks, keep_timeline=keep_timeline), missing,
+                            beyond_fit(graph.tasks, fit))
+
+
+def graph_prediction(graph: Graph, sim: SimResult, missing: dict[str, int],
+                     beyond: dict[str, tuple[int, float]] | None,
+                     comm_priced: bool = False) -> IterationPrediction:
+    """The :class:`IterationPrediction` of ``graph`` from its walk ``sim``, the op
+    tasks without a predictor (``missing``, from :func:`sim_tasks`) and the ops
+    beyond the fit (``beyond``, from :func:`beyond_fit`); ``comm_priced``: the
+    collectives were priced by a communication predictor."""
+    return IterationPrediction(sim.total_s, dict(sorted(sim.breakdown_s.items())),
+                               dict(sorted(sim.regions_s.items())),
+                               coverage(graph.tasks, missing, comm_priced), graph.unmodelled(),
+                               missing, len(graph.tasks), graph.measured_s, beyond,
+                               sim.timeline, sim=sim)
+
+
+def coverage(tasks: list[Task], missing: dict[str, int], comm_priced: bool = False
+             ) -> Coverage | None:
+    """The :class:`~perfmodel.simulate.result.Coverage` of ``tasks`` (of one graph or
+    of every rank's) priced as :func:`sim_tasks` prices them: op tasks (and the
+    backward nodes they cover) by their predictor unless their ``op.direction``
+    is in ``missing``, collectives by the communication predictor when
+    ``comm_priced``, gaps by the overhead table, the rest unmodelled. None for an
+    untimed trace."""
+    op_s = overheads_s = unmodelled_s = 0.0
+    for task in tasks:
+        seconds = traced_seconds(task)
+        if task.kind == "overhead":
+            overheads_s += seconds
+        elif (task.kind in ("op", "covered") and f"{task.op}.{task.direction}" not in missing
+              or task.kind == "collective" and comm_priced):
+            op_s += seconds
+        else:
+            unmodelled_s += seconds
+    return Coverage.of_seconds(op_s, overheads_s, unmodelled_s)

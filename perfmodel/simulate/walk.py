@@ -65,6 +65,13 @@ class SimResult:
     ``breakdown_s`` sums host time per category for host-only tasks and
     device time per category for kernels; ``timeline`` holds
     ``(lane, name, start_s, end_s)`` with lane ``"cpu"`` or ``"stream <n>"``.
+
+    The walk's own output, not a prediction's result type: it holds the clocks'
+    state that :func:`simulate_ranks` iterates on (when each collective could
+    start, the host's waits) and knows nothing of the trace or the fit, so it
+    has no coverage, unmodelled nodes or ranks. Callers get an
+    :class:`~perfmodel.simulate.result.IterationPrediction`, which keeps the walk
+    it came from as ``sim``.
     """
 
     total_s: float

@@ -10,6 +10,7 @@ checks); each asks here. Per device folder::
     baseline-<profile>.json           the E2E gate's baseline of a profile
     overheads/<workload>.json         a workload's host-overhead samples
     traces/<name>.{et,kineto,calibration}.json   captured traces
+    replay/<workload>.json.gz         a workload's replay case (the newest capture)
     report/index.html, report/*.png   the HTML report and its figures
     stability/<run-id>.json           a gate-stability tally
     drift/<run-id>.json               a host-speed drift probe
@@ -17,7 +18,8 @@ checks); each asks here. Per device folder::
 Functions take the device folder (``device_dir(root, key)``, or
 :attr:`perfmodel.store.results.ResultStore.dir`) and only build paths: nothing
 here reads or writes a file, except the listings (:func:`device_keys`,
-:func:`run_files`, :func:`fit_dirs`, :func:`baseline_files`), which only list.
+:func:`run_files`, :func:`fit_dirs`, :func:`baseline_files`, :func:`replay_files`), which
+only list.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ REPORT = "report"
 REPORT_INDEX = "index.html"
 STABILITY = "stability"
 DRIFT = "drift"
+REPLAY = "replay"
+#: Suffix of a replay case (gzip JSON, :mod:`perfmodel.replay.case`).
+REPLAY_SUFFIX = ".json.gz"
 #: Suffixes of one captured trace: execution trace, Kineto trace, profiler calibration.
 TRACE_SUFFIXES = (".et.json", ".kineto.json", ".calibration.json")
 
@@ -210,6 +215,27 @@ def overhead_file(folder: Path, workload: str) -> Path:
     """``overheads/<workload>.json``."""
     _check_id(workload, "workload name")
     return overheads_dir(folder) / f"{workload}.json"
+
+
+def replay_dir(folder: Path) -> Path:
+    """``replay/``: one replay case per workload (:mod:`perfmodel.replay.case`)."""
+    return folder / REPLAY
+
+
+def replay_file(folder: Path, workload: str) -> Path:
+    """``replay/<workload>.json.gz``: the replay case of ``workload``'s newest capture
+    (``<workload>@<W>`` for a multi-rank run)."""
+    _check_id(workload, "workload name")
+    return replay_dir(folder) / f"{workload}{REPLAY_SUFFIX}"
+
+
+def replay_files(folder: Path) -> dict[str, Path]:
+    """Every replay case of ``folder``, by workload, sorted."""
+    cases = replay_dir(folder)
+    if not cases.is_dir():
+        return {}
+    return {p.name[: -len(REPLAY_SUFFIX)]: p for p in sorted(cases.iterdir())
+            if p.name.endswith(REPLAY_SUFFIX) and p.is_file()}
 
 
 def predictor_files(stem: Path) -> tuple[Path, Path]:

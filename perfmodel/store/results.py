@@ -134,6 +134,10 @@ class ResultStore:
     def drift_file(self, run_id: str) -> Path:
         return paths.drift_file(self.dir, run_id)
 
+    def replay_path(self, workload: str) -> Path:
+        """The replay case of ``workload`` (``<workload>@<W>`` for W ranks)."""
+        return paths.replay_file(self.dir, workload)
+
     @property
     def report_index(self) -> Path:
         return paths.report_index(self.dir)

@@ -16,7 +16,7 @@
 A region is a ``torch.profiler.record_function`` scope named
 ``perfmodel.region::<name>``; :mod:`perfmodel.trace.graph` gives every task inside it
 that region, and the simulator sums predicted seconds per region
-(``E2EResult.regions_s``). Forward scopes only: autograd runs the backward
+(``MeasuredIteration.regions_s``). Forward scopes only: autograd runs the backward
 outside any Python scope, so backward tasks take the region of their forward op.
 
 When nothing records (no profiler running, or torch not even imported) a
