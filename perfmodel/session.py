@@ -60,6 +60,7 @@ class Options:
     cold_cache: bool = False
     bias: dict[str, float] = field(default_factory=dict)  # planted prediction error
     collective_budget_s: float | None = None
+    save_replay_baseline: bool = False  # finish() saves the replay baseline instead of gating
 
     def __post_init__(self) -> None:
         from perfmodel.measure.bench import BUDGET_S, COLLECTIVE_BUDGET_S
@@ -164,6 +165,9 @@ class Session:
         self.wide_spread: list[str] = []
         self.problems: list[str] = []  # unreadable result files, reported in the summary
         self.gate = GateOutcome()
+        #: the replay gate (:class:`perfmodel.gate.replay.ReplayGate`), made by the
+        #: first :meth:`run_replay`
+        self.replay = None
 
     # -- lazily created ------------------------------------------------------------
     @property
@@ -189,6 +193,11 @@ class Session:
             if note := profile_note(self.options.profile, self._device.kind):
                 self.notes.append(note)
         return self._device
+
+    @property
+    def device_detected(self) -> bool:
+        """Whether this session has its device (replay items never detect one)."""
+        return self._device is not None
 
     @property
     def torch_device(self) -> str:
@@ -309,6 +318,20 @@ class Session:
                               f"run `pytest -m microbench` first")
         return fit
 
+    def _current_fit(self):
+        """:meth:`_required_fit`, refused with :class:`CheckFailed` (the
+        :class:`~perfmodel.fit.fitting.StaleFit` line: the fit, how many predictors
+        are stale and why, the command that refits) when it is stale: that is,
+        when :meth:`fit` found no measurements at this session's thread count and
+        allocator policy to refit from."""
+        from perfmodel.fit.fitting import StaleFit, require_current
+
+        fit = self._required_fit()
+        try:
+            return require_current(fit, self.device.key)
+        except StaleFit as exc:
+            raise CheckFailed(str(exc)) from None
+
     def _shared_table(self):
         """The device's shared overhead table; unreadable sample files are noted."""
         from perfmodel.e2e.single import shared_table
@@ -341,7 +364,7 @@ class Session:
         saving a baseline), and record its error for the gate."""
         from perfmodel.e2e.single import predict_and_measure
 
-        fit = self._required_fit()
+        fit = self._current_fit()
         self._trace_expected_workloads()
         runs = self.settings.baseline_runs if self.options.save_baseline else 1
         for run in range(runs):
@@ -409,7 +432,8 @@ class Session:
 
         threads = rank_threads(world_size)
         if self.device.kind == "cpu" and self.device.threads == threads:
-            self.fit()  # a fresh fit of the ranks' thread count is saved for them
+            if self.fit() is not None:  # a fresh fit of the ranks' thread count is saved
+                self._current_fit()        # for them; a stale one that cannot be is refused
         else:
             try:
                 require_fit(self.store, threads, self.options.profile)
@@ -470,7 +494,7 @@ class Session:
         overhead table; the result shows in the summary but is not gated."""
         from perfmodel.e2e.single import batch_items, predict_step, training_step
 
-        fit = self._required_fit()
+        fit = self._current_fit()
         table = self._shared_table()
         result = predict_step(training_step(model, batch, loss_fn, optimizer),
                               items if items is not None else batch_items(batch), name, fit,
@@ -483,7 +507,7 @@ class Session:
         :class:`CheckFailed` when it takes longer than ``limit_s``."""
         from perfmodel.e2e.single import time_prediction
 
-        fit = self._required_fit()
+        fit = self._current_fit()
         graph = self._graphs.get(workload) or self._trace(workload, self._build(workload))
         table = self._shared_table()
         n, seconds = time_prediction(graph, fit, table, tasks, self.device.kind != "cpu")
@@ -505,6 +529,25 @@ class Session:
         """Per workload, the training-data id of the fit that predicted it."""
         return {r.workload: r.fit_data for r in self.e2e}
 
+    # -- the replay gate -----------------------------------------------------------------
+    def run_replay(self, device_key: str, workload: str):
+        """Replay the committed case of ``workload`` on ``device_key`` under the
+        results root with today's code (and the planted bias) and judge it against
+        the device's replay baseline (:mod:`perfmodel.gate.replay`); or, with
+        ``options.save_replay_baseline``, keep it for the new baseline.
+        :class:`CheckFailed` with the verdict's line when it fails. No device is
+        detected and torch.cuda is never asked."""
+        if self.replay is None:
+            from perfmodel.gate.replay import ReplayGate
+
+            self.replay = ReplayGate(self.options.results_root, self.settings.replay_tolerance,
+                                     self.settings.replay_fail_on_improvement,
+                                     self.options.bias, self.options.save_replay_baseline)
+        verdict = self.replay.check(device_key, workload)
+        if verdict.failed:
+            raise CheckFailed(verdict.line())
+        return verdict
+
     # -- the gate-stability experiment -------------------------------------------------
     def run_stability(self, rounds: int) -> None:
         """The gate-stability experiment (:mod:`perfmodel.gate.stability`): ``rounds`` times,
@@ -516,7 +559,7 @@ class Session:
         from perfmodel.plaindata import write_json_atomic
         from perfmodel.workloads import WORKLOADS
 
-        fit = self._required_fit()
+        fit = self._current_fit()
         path = self.store.baseline_path(self.options.profile)
         try:
             baseline = load_baseline(path)
@@ -595,6 +638,7 @@ class Session:
             "device": None if self._device is None else self._device.to_dict(),
             "env": self._env,
             "device_unavailable": self.device_unavailable,
+            "replay": None if self.replay is None else self.replay.to_plain(),
         }
 
     def merge_worker_state(self, data: dict) -> None:
@@ -624,6 +668,15 @@ class Session:
             self._device = DeviceSpec.from_dict(data["device"])
         if self._env is None and data["env"] is not None:
             self._env = data["env"]
+        if data.get("replay") is not None:
+            if self.replay is None:
+                from perfmodel.gate.replay import ReplayGate
+
+                self.replay = ReplayGate(self.options.results_root,
+                                         self.settings.replay_tolerance,
+                                         self.settings.replay_fail_on_improvement,
+                                         self.options.bias, self.options.save_replay_baseline)
+            self.replay.merge_plain(data["replay"])
         if data["device_unavailable"] and self.device_unavailable is None:
             self.device_unavailable = data["device_unavailable"]
 
@@ -636,8 +689,13 @@ class Session:
     def finish(self) -> GateOutcome:
         """Close the run file, then save the baseline (``options.save_baseline``)
         or gate the E2E results against it. A baseline that cannot be written
-        or read fails the gate with one line naming its file."""
+        or read fails the gate with one line naming its file. The replay gate's
+        lines (and decision) come first, when replay items ran."""
         self.close()
+        if self.replay is not None:
+            lines, failed = self.replay.finish()
+            self.gate.lines.extend(lines)
+            self.gate.failed = self.gate.failed or failed
         if self.device_unavailable:  # every step skipped: nothing ran, nothing to gate
             return self.gate
         if not self.e2e and not self.e2e_expected:

@@ -8,6 +8,8 @@ Example::
     e2e_spread_k = 4.0              # gate: allowed = |baseline mean| + max(k * spread, min margin)
     e2e_min_margin = 0.01           # fraction (1 percentage point): the least allowed growth
     baseline_runs = 5               # runs of each E2E workload --perfmodel-save-baseline records
+    replay_tolerance = 0.005        # replay gate: allowed change of a replayed error (0.5 pp)
+    replay_fail_on_improvement = true   # replay gate: a prediction that moves either way fails
 
     [tool.perfmodel.gmae_thresholds]
     "addmm.forward" = 0.10          # per "<op>.<direction>"
@@ -31,9 +33,12 @@ DEFAULT_SMOKE_GMAE_THRESHOLD = 1.5
 DEFAULT_E2E_SPREAD_K = DEFAULT_SPREAD_K
 DEFAULT_E2E_MIN_MARGIN = DEFAULT_MIN_MARGIN
 DEFAULT_BASELINE_RUNS = 5
+#: The replay gate's tolerance: absolute change of a replayed error (fraction: 0.5 pp).
+DEFAULT_REPLAY_TOLERANCE = 0.005
 
 _KNOWN_KEYS = ("default_gmae_threshold", "gmae_thresholds", "smoke_gmae_threshold",
-               "e2e_spread_k", "e2e_min_margin", "baseline_runs", "e2e_ceilings")
+               "e2e_spread_k", "e2e_min_margin", "baseline_runs", "e2e_ceilings",
+               "replay_tolerance", "replay_fail_on_improvement")
 #: Keys that used to exist, and what to do instead.
 _RETIRED_KEYS = {
     "e2e_tolerance": "the gate now allows baseline mean + max(e2e_spread_k * spread, "
@@ -53,6 +58,9 @@ class Settings:
     ``e2e_spread_k`` multiplies the baseline spread; ``e2e_min_margin`` is the least
     growth the gate allows; ``baseline_runs`` is how many times saving a baseline
     repeats each E2E workload; ``e2e_ceilings`` caps a workload's error absolutely.
+    ``replay_tolerance`` is how far a replayed error may grow (and, with
+    ``replay_fail_on_improvement``, move either way) from the replay baseline's
+    (:mod:`perfmodel.gate.replay`).
     """
 
     default_gmae_threshold: float = DEFAULT_GMAE_THRESHOLD
@@ -62,6 +70,8 @@ class Settings:
     e2e_min_margin: float = DEFAULT_E2E_MIN_MARGIN
     baseline_runs: int = DEFAULT_BASELINE_RUNS
     e2e_ceilings: dict[str, float] = field(default_factory=dict)
+    replay_tolerance: float = DEFAULT_REPLAY_TOLERANCE
+    replay_fail_on_improvement: bool = True
 
     def gmae_threshold(self, op: str, direction: str, profile: str = "quick") -> float:
         """Threshold of ``op.direction`` in ``profile``.
@@ -110,6 +120,10 @@ def load_settings(pyproject: Path) -> Settings:
         e2e_min_margin=_margin(pyproject, table.get("e2e_min_margin", DEFAULT_E2E_MIN_MARGIN)),
         baseline_runs=_runs(pyproject, table.get("baseline_runs", DEFAULT_BASELINE_RUNS)),
         e2e_ceilings=_ceilings(pyproject, table.get("e2e_ceilings", {})),
+        replay_tolerance=_tolerance(pyproject, table.get("replay_tolerance",
+                                                         DEFAULT_REPLAY_TOLERANCE)),
+        replay_fail_on_improvement=_flag(pyproject, "replay_fail_on_improvement",
+                                         table.get("replay_fail_on_improvement", True)),
     )
 
 
@@ -169,6 +183,19 @@ def _runs(path: Path, value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 2:
         raise SettingsError(f"{path}: [tool.perfmodel] baseline_runs = {value!r} is not a "
                             f"whole number of runs >= 2 (a spread needs two runs)")
+    return value
+
+
+def _tolerance(path: Path, value: object) -> float:
+    if not _is_number(value) or not 0 <= value < 1:
+        raise SettingsError(f"{path}: [tool.perfmodel] replay_tolerance = {value!r} is not a "
+                            f"fraction such as 0.005 (= 0.5 percentage point), or 0")
+    return float(value)
+
+
+def _flag(path: Path, key: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise SettingsError(f"{path}: [tool.perfmodel] {key} = {value!r} is not true or false")
     return value
 
 

@@ -26,6 +26,8 @@ MARKERS = {
     "microbench": "microbenchmark of one op config; writes measurements to the results store",
     "accuracy": "held-out accuracy of one op's fitted predictor against its GMAE threshold",
     "e2e": "end-to-end iteration time of one workload: measured against predicted",
+    "replay": "replay gate: one committed replay case (device/workload) predicted again with "
+              "today's code against its replay baseline (suites/test_replay.py)",
     "collective": "a collective across MPI ranks (mpiexec -n N or --perfmodel-ranks N)",
     "stability": "gate-stability experiment: repeated E2E rounds scored with planted biases "
                  "(--perfmodel-rounds); deselected unless -m stability",
@@ -65,6 +67,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "results/<device-key>/baseline-<profile>.json (runs in one session "
                          "understate the spread between sessions; `perfmodel baseline --last N` "
                          "builds it from N separate runs)")
+    group.addoption("--perfmodel-save-replay-baseline", action="store_true",
+                    help="-m replay: save each device's replay baseline "
+                         "(results/<device-key>/replay-baseline.json) from this replay "
+                         "instead of gating")
     group.addoption("--perfmodel-rounds", type=int, default=20, metavar="N",
                     help="rounds of the gate-stability experiment (-m stability; default 20)")
     group.addoption("--perfmodel-report", action="store_true",
@@ -85,7 +91,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # None (an option left out) picks the profile's default budgets and the usable cores
     options = Options(opt.perfmodel_device, opt.perfmodel_profile, root.resolve(),
                       opt.perfmodel_threads, opt.perfmodel_save_baseline, opt.perfmodel_budget,
-                      opt.perfmodel_target_ci, opt.perfmodel_cold_cache, bias)
+                      opt.perfmodel_target_ci, opt.perfmodel_cold_cache, bias,
+                      save_replay_baseline=opt.perfmodel_save_replay_baseline)
     config.stash[SESSION_KEY] = PerfmodelSession(options, settings, config.rootpath)
 
 
@@ -97,8 +104,14 @@ def _marker_names(metafunc: pytest.Metafunc, marker: str) -> tuple[str, ...]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    profile = metafunc.config.stash[SESSION_KEY].options.profile
+    options = metafunc.config.stash[SESSION_KEY].options
+    profile = options.profile
     try:
+        if "replay_case" in metafunc.fixturenames:  # one item per committed case
+            from perfmodel.gate.replay import replay_items
+
+            cases = replay_items(options.results_root)
+            metafunc.parametrize("replay_case", cases, ids=[f"{k}/{w}" for k, w in cases])
         if "op_case" in metafunc.fixturenames:
             cases = cases_for(_marker_names(metafunc, "perfmodel_ops"), profile)
             metafunc.parametrize("op_case", cases, ids=[c.id for c in cases])

@@ -47,7 +47,7 @@ def _ms(seconds: float) -> str:
 def summary_lines(pm: Session, quiet: bool = False) -> list[str]:
     """Lines to print; with ``quiet`` only failures and warnings."""
     lines: list[str] = []
-    if not quiet:
+    if not quiet and pm.device_detected:  # replay items never detect the device
         lines.append(f"device {pm.device.key} ({pm.device.name}), profile {pm.options.profile}"
                      [:100])
         lines.append(f"results {pm.store.dir}")

@@ -118,3 +118,95 @@ def test_forecast_lines_name_the_ops_beyond_the_fit():
             "or bytes): linear.forward 3, 94x, relu.forward 2, 6x") in lines
     assert not any("extrapolated" in line
                    for line in IterationPrediction(0.01, {"gemm": 0.01}).lines("m"))
+
+
+# -- `perfmodel refit`, and `perfmodel replay` refusing a stale fit ---------------------------
+
+def _stale(folder):
+    """Make a saved fit stale for today's code (its index predates the record
+    of the predictor kinds each op was chosen among)."""
+    import json
+
+    from perfmodel.store import paths
+
+    index = json.loads(paths.fit_index(folder).read_text())
+    for entry in index["entries"]:
+        del entry["candidate_kinds"]
+    paths.fit_index(folder).write_text(json.dumps(index))
+
+
+def _linear_runs(root, key, threads):
+    """Two runs of linear forward measurements (5 us + FLOPs / 1 GFLOP/s) at
+    ``threads`` torch threads under ``key``."""
+    from perfmodel.measure.allocator import KEEP_FREED
+    from perfmodel.ops import get_op
+    from perfmodel.store.results import ResultStore
+
+    linear = get_op("linear")
+    cases = [c for c in linear.cases("quick") if c.direction == "forward"][:10]
+    store = ResultStore(root, key)
+    for run in ("20260101T000000Z-1-aaaa", "20260101T000001Z-1-bbbb"):
+        writer = store.open_run({"threads": threads, "cpu_allocator": KEEP_FREED}, "quick", run)
+        for c in cases:
+            writer.append({"kind": "measurement", "op": "linear", "direction": c.direction,
+                           "dtype": c.dtype, "config": c.params, "replicate": 0,
+                           "env": {"threads": threads, "cpu_allocator": KEEP_FREED},
+                           "measurement": {"median_s": 5e-6 + linear.flops(c.params,
+                                                                          c.direction) / 1e9}})
+        writer.close()
+    return store
+
+
+def test_refit_prints_the_new_fit_and_replaces_a_stale_one(planted_results, capsys):
+    from perfmodel.fit.fitting import load_latest_fit
+    from perfmodel.store import paths
+    from tests.helpers import THREADS
+
+    root, key = planted_results
+    store = _linear_runs(root, key, THREADS)
+    argv = ["refit", "--results", str(root), "--device", key, "--threads", str(THREADS)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    first = paths.fit_dirs(store.dir)[-1]
+    assert out[0].startswith(f"refit {key}, {THREADS} thread(s): 2 run(s), ")
+    assert out[1].startswith(f"fit {first.name}: ") and out[1].endswith(f"in {first}")
+    assert out[2].startswith("per-op GMAE over 1 predictors (0 skipped): median ")
+    _stale(first)
+    assert load_latest_fit(store, threads=THREADS)[0].stale
+    assert main(argv) == 0  # a second one, beside the first (never deleted)
+    capsys.readouterr()
+    fits = paths.fit_dirs(store.dir)
+    assert len(fits) == 2 and fits[0] == first
+    fit, _ = load_latest_fit(store, threads=THREADS)
+    assert fit.stale == () and fit.data_runs == ("20260101T000000Z-1-aaaa",
+                                                 "20260101T000001Z-1-bbbb")
+    # nothing at another thread count: one line, exit 2, nothing saved
+    assert main([*argv[:-1], "7"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("perfmodel refit: error: no device spec for 7 thread(s) under ")
+    assert len(paths.fit_dirs(store.dir)) == 2
+
+
+def test_replay_refuses_a_stale_fit_with_one_line(planted_linear_fit, capsys):
+    from perfmodel.ops import get_op
+    from perfmodel.replay.case import MeasuredTiming, ReplayCase, save_case
+    from perfmodel.store import paths
+    from perfmodel.trace.graph import Graph, Task
+    from tests.helpers import THREADS
+
+    root, key = planted_linear_fit
+    case = next(c for c in get_op("linear").cases("quick") if c.direction == "forward")
+    task = Task("op", "aten::linear", "gemm", op="linear", direction="forward",
+                dtype="float32", params=dict(case.params), measured_s=1e-5)
+    save_case(paths.replay_file(root / key, "mlp_small"),
+              ReplayCase("mlp_small", key, False, 3e10, THREADS, [Graph([task], 2e-5)],
+                         MeasuredTiming(1e-5, 1e-7, 30, 5, 1000.0),
+                         env={"device_key": key, "threads": THREADS}, config={},
+                         recorded={}))
+    assert main(["replay", "--results", str(root), "--device", key]) == 0
+    capsys.readouterr()
+    _stale(paths.fit_dirs(root / key)[-1])
+    assert main(["replay", "--results", str(root), "--device", key]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith("stale fit ")
+    assert err.endswith(f"; run `perfmodel refit --device {key} --threads {THREADS}`\n")

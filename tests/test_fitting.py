@@ -478,3 +478,124 @@ def test_compressing_an_old_fit_keeps_its_predictions(tmp_path):
     for key, values in expected.items():
         np.testing.assert_array_equal(loaded.predictors[key].predict("float32", configs), values)
     assert compress_fit(folder) == (after, after)  # already compressed: left as it is
+
+
+# -- stale fits and `perfmodel refit` ------------------------------------------------------
+
+
+def _store_runs(store, runs):
+    """Write ``runs`` ({run id: (env, records)}) as run files of ``store``."""
+    for run_id, (env, records) in runs.items():
+        writer = store.open_run(env, "quick", run_id)
+        for record in records:
+            writer.append({**{k: v for k, v in record.items() if k != "run_id"}, "env": env})
+        writer.close()
+
+
+def _plant_spec(store, spec):
+    store.dir.mkdir(parents=True, exist_ok=True)
+    store.spec_file.write_text(json.dumps(spec.to_dict()))
+
+
+def _make_stale(folder):
+    """Make a saved fit stale for today's code, as one saved before its index
+    recorded the predictor kinds each op was chosen among."""
+    index = json.loads((folder / "index.json").read_text())
+    for entry in index["entries"]:
+        del entry["candidate_kinds"]
+    (folder / "index.json").write_text(json.dumps(index))
+    return folder
+
+
+def test_a_stale_fit_is_refused_with_one_line_naming_the_command(tmp_path):
+    from perfmodel.fit.fitting import StaleFit, refit_command, require_current
+
+    store = ResultStore(tmp_path, SPEC.key)
+    folder = save_fit(fit_predictors(threaded_records(2, "r2"), SPEC), store, "f1", ["r2"])
+    fit = load_fit(folder)
+    assert require_current(fit) is fit and require_current(None) is None
+    stale = load_fit(_make_stale(folder))
+    assert stale.stale and not stale.predictors and stale.device_key == SPEC.key
+    with pytest.raises(StaleFit) as caught:
+        require_current(stale)
+    line = str(caught.value)
+    assert isinstance(caught.value, ValueError) and "\n" not in line
+    assert line.startswith(f"stale fit {folder.as_posix()} (2 thread(s)): 1 of 1 predictors ")
+    assert "(first: linear.forward: chosen among other predictor kinds (not recorded)" in line
+    assert "the next `pytest" not in line  # the older hint is left out: one command
+    assert line.endswith(f"run `perfmodel refit --device {SPEC.key} --threads 2`")
+    assert caught.value.command == refit_command(SPEC.key, 2)
+    assert refit_command("cuda-x", None) == "perfmodel refit --device cuda-x"
+
+
+def test_refit_is_deterministic_and_fits_as_a_session_would(tmp_path):
+    """Two refits of the same runs give identical predictors, the same as
+    fit_predictors on the qualifying records; the runs of another thread count
+    are left out; the new fit is the newest, so the stale one is passed over."""
+    from perfmodel.fit.fitting import load_latest_fit, refit
+    from perfmodel.measure.allocator import KEEP_FREED
+
+    store = ResultStore(tmp_path, SPEC.key)
+    _plant_spec(store, SPEC)
+    env = {"threads": 2, "cpu_allocator": KEEP_FREED}
+    records = planted_records()
+    _store_runs(store, {"20260101T000000Z-1-aaaa": (env, records),
+                        "20260101T000001Z-1-bbbb": ({**env, "threads": 1},
+                                                    threaded_records(1, "x", 3.0))})
+    _make_stale(save_fit(fit_predictors(records, SPEC), store, "20260101T000002Z-1-cccc",
+                         ["20260101T000000Z-1-aaaa"]))
+    assert load_latest_fit(store, threads=2)[0].stale
+    first, folder, problems = refit(store, SPEC.key, 2, run_id="20260102T000000Z-1-dddd")
+    second, _, _ = refit(store, SPEC.key, 2, run_id="20260102T000001Z-1-eeee")
+    assert problems == [] and folder == store.fit_dir("20260102T000000Z-1-dddd")
+    assert first.data_runs == second.data_runs == ("20260101T000000Z-1-aaaa",)
+    direct = fit_predictors([{**r, "env": env} for r in records], SPEC, allocator=KEEP_FREED)
+    latest, _ = load_latest_fit(store, threads=2)
+    assert latest.stale == () and latest.path.name == "20260102T000001Z-1-eeee"
+    assert set(first.predictors) == set(second.predictors) == set(direct.predictors) == \
+        set(latest.predictors) == {("linear", "forward"), ("linear", "backward")}
+    for key, predictor in first.predictors.items():
+        configs = [dict(c.params) for c in get_op("linear").cases("quick")
+                   if c.direction == key[1]]
+        expected = predictor.predict("float32", configs)
+        for other in (second, direct, latest):
+            assert other.predictors[key].kind == predictor.kind
+            np.testing.assert_array_equal(other.predictors[key].predict("float32", configs),
+                                          expected)
+        assert first.accuracy[key] == second.accuracy[key]
+
+
+def test_refit_uses_the_newest_runs_allocator_policy_and_the_threads_own_spec(tmp_path):
+    from perfmodel.fit.fitting import refit, runs_allocator, stored_spec
+    from perfmodel.measure.allocator import DEFAULT, KEEP_FREED
+
+    store = ResultStore(tmp_path, SPEC.key)
+    _plant_spec(store, SPEC)
+    (store.dir / "device-1threads.json").write_text(json.dumps(
+        {**SPEC_1T.to_dict(), "mem_bandwidth_Bps": 1e10}))
+    assert stored_spec(store, 2) == SPEC and stored_spec(store, None) == SPEC
+    assert stored_spec(store, 1).mem_bandwidth_Bps == 1e10
+    with pytest.raises(ValueError, match=r"no device spec for 4 thread\(s\) under"):
+        stored_spec(store, 4)
+    _store_runs(store, {"20260101T000000Z-1-aaaa": ({"threads": 1}, threaded_records(1, "a")),
+                        "20260101T000001Z-1-bbbb": ({"threads": 1, "cpu_allocator": KEEP_FREED},
+                                                    threaded_records(1, "b", 2.0))})
+    records = store.load("measurement").records
+    assert runs_allocator(records, SPEC_1T) == KEEP_FREED
+    assert runs_allocator([r for r in records if r["run_id"].endswith("aaaa")], SPEC_1T) == DEFAULT
+    assert runs_allocator(records, SPEC) is None  # no run at 2 threads
+    fit, _, _ = refit(store, SPEC.key, 1, run_id="f1")
+    assert fit.threads == 1 and fit.data_runs == ("20260101T000001Z-1-bbbb",)
+    with pytest.raises(ValueError, match=r"no measurement runs at 2 thread\(s\) to refit from"):
+        refit(store, SPEC.key, 2, run_id="f2")
+    assert not store.fit_dir("f2").exists()
+
+
+def test_the_gmae_summary_is_one_line():
+    from perfmodel.fit.fitting import FitReport, gmae_summary
+
+    fit = fit_predictors(threaded_records(2, "r2"), SPEC)
+    line = gmae_summary(fit)
+    assert line.startswith("per-op GMAE over 1 predictors (0 skipped): median ")
+    assert "worst" in line and "(linear.forward)" in line and "\n" not in line
+    assert gmae_summary(FitReport()) == "per-op GMAE: no predictors (0 skipped)"

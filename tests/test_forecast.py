@@ -157,3 +157,78 @@ def test_stored_files_passed_over_are_listed(planted_linear_fit, mlp_trace):
     assert [line for line in forecast.lines("mlp") if "skipped" in line] == [
         f"  skipped: {bad}: overhead samples are not readable JSON "
         f"(Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"]
+
+
+# -- a stale fit is refused, never predicted from ------------------------------------------
+
+def _make_stale(root, key):
+    """Make the newest stored fit of ``key`` stale for today's code (as one saved
+    before its index recorded the predictor kinds each op is chosen among);
+    return the line it is refused with."""
+    import json
+
+    from perfmodel.store import paths
+
+    folder = paths.fit_dirs(root / key)[-1]
+    index = json.loads(paths.fit_index(folder).read_text())
+    for entry in index["entries"]:
+        del entry["candidate_kinds"]
+    paths.fit_index(folder).write_text(json.dumps(index))
+    return (f"stale fit {folder.as_posix()} ({THREADS} thread(s)): 2 of 2 predictors cannot "
+            f"be used by today's code (first: linear.backward: chosen among other predictor "
+            f"kinds (not recorded) than today's (")
+
+
+def test_a_stale_fit_is_refused_by_forecast_and_the_cli(planted_linear_fit, mlp_trace, capsys):
+    from perfmodel.fit.fitting import StaleFit
+
+    root, key = planted_linear_fit
+    start = _make_stale(root, key)
+    command = f"; run `perfmodel refit --device {key} --threads {THREADS}`"
+    files = mlp_trace
+    with pytest.raises(StaleFit) as caught:
+        forecast_trace(files.et, files.kineto, files.calibration, root, "cpu", THREADS)
+    assert str(caught.value).startswith(start) and str(caught.value).endswith(command)
+    with pytest.raises(StaleFit):  # before the workload is built or traced
+        forecast_workload("mlp_small", root, "cpu", size="tiny", threads=THREADS)
+    assert _cli("--trace", str(files.et), root=root) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == str(caught.value) + "\n"  # the one line, nothing else
+    assert _cli("mlp_small", "--size", "tiny", root=root) == 2
+    assert capsys.readouterr().err == str(caught.value) + "\n"
+
+
+def test_a_stale_fit_is_refused_by_predict_model(planted_linear_fit):
+    import torch
+
+    from perfmodel.e2e.single import predict_model
+    from perfmodel.fit.fitting import StaleFit
+
+    root, key = planted_linear_fit
+    start = _make_stale(root, key)
+    model = torch.nn.Linear(8, 4)
+    with pytest.raises(StaleFit, match=r"run `perfmodel refit --device .* --threads 1`$") as caught:
+        predict_model(model, torch.randn(16, 8), lambda m, b: m(b).sum(),
+                      torch.optim.SGD(model.parameters(), lr=0.1), results=root, device="cpu",
+                      threads=THREADS, measure=False)
+    assert str(caught.value).startswith(start)
+
+
+def test_a_session_turns_a_stale_fit_it_cannot_refit_into_a_failed_check(planted_linear_fit):
+    """With no runs to refit from, the e2e items and the session's predict_model
+    fail with the StaleFit line; with runs, the session refits (current_fit)."""
+    from perfmodel.session import CheckFailed, Options, Session
+    from perfmodel.settings import Settings
+    from tests.helpers import planted_spec
+
+    root, key = planted_linear_fit
+    start = _make_stale(root, key)
+    session = Session(Options("cpu", "smoke", root, THREADS), Settings(), root)
+    session._device = planted_spec(root, key)
+    assert session.fit().stale  # nothing to refit from: the stale fit itself
+    with pytest.raises(CheckFailed) as caught:
+        session.run_e2e("mlp_small")
+    assert str(caught.value).startswith(start)
+    assert str(caught.value).endswith(f"run `perfmodel refit --device {key} --threads {THREADS}`")
+    with pytest.raises(CheckFailed, match="^stale fit "):
+        session.predict_model(None, None, None, None)

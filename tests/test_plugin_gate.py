@@ -183,7 +183,7 @@ def test_stability(perfmodel_session, monkeypatch):
     # planted pieces: no fit, trace or measurement; 100 ms measured, each
     # variant predicted at its own bias of 104 ms
     pm = perfmodel_session
-    monkeypatch.setattr(pm, "_required_fit", lambda: SimpleNamespace(data_id=None))
+    monkeypatch.setattr(pm, "_required_fit", lambda: SimpleNamespace(data_id=None, stale=()))
     monkeypatch.setattr(pm, "_build", lambda name: SimpleNamespace(step=None, items=1))
     monkeypatch.setattr(pm, "_trace", lambda name, step: name)
     monkeypatch.setattr(pm, "_shared_table", lambda: None)

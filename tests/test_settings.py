@@ -3,8 +3,8 @@
 import pytest
 
 from perfmodel.gate.baseline import GatePolicy
-from perfmodel.settings import (DEFAULT_BASELINE_RUNS, DEFAULT_GMAE_THRESHOLD, SettingsError,
-                                load_settings)
+from perfmodel.settings import (DEFAULT_BASELINE_RUNS, DEFAULT_GMAE_THRESHOLD,
+                                DEFAULT_REPLAY_TOLERANCE, SettingsError, load_settings)
 from perfmodel.workloads import WORKLOADS
 
 WORKLOAD = min(WORKLOADS)
@@ -21,6 +21,22 @@ def test_defaults_without_file(tmp_path):
     assert s.gmae_threshold("addmm", "forward") == DEFAULT_GMAE_THRESHOLD
     assert s.gate_policy() == GatePolicy(k=3.0, min_margin=0.01, ceilings={})
     assert s.baseline_runs == DEFAULT_BASELINE_RUNS == 5
+    assert s.replay_tolerance == DEFAULT_REPLAY_TOLERANCE == 0.005
+    assert s.replay_fail_on_improvement is True
+
+
+def test_replay_settings(tmp_path):
+    s = load_settings(write(tmp_path, '[tool.perfmodel]\nreplay_tolerance = 0.01\n'
+                                      'replay_fail_on_improvement = false\n'))
+    assert s.replay_tolerance == 0.01 and s.replay_fail_on_improvement is False
+    assert load_settings(write(tmp_path, '[tool.perfmodel]\nreplay_tolerance = 0\n')
+                         ).replay_tolerance == 0.0
+
+
+def test_the_repository_sets_the_replay_tolerance():
+    from tests.helpers import REPO
+
+    assert load_settings(REPO / "pyproject.toml").replay_tolerance == 0.005
 
 
 def test_per_op_threshold(tmp_path):
@@ -72,6 +88,11 @@ def test_zero_min_margin_is_allowed(tmp_path):
     (f'[tool.perfmodel.e2e_ceilings]\n"{WORKLOAD}" = 0\n', f"e2e_ceilings.{WORKLOAD} = 0 "),
     (f'[tool.perfmodel.e2e_ceilings]\n"{WORKLOAD}" = "40%"\n',
      f"e2e_ceilings.{WORKLOAD} = '40%'"),
+    ('[tool.perfmodel]\nreplay_tolerance = -0.001\n', "replay_tolerance = -0.001"),
+    ('[tool.perfmodel]\nreplay_tolerance = 1.5\n', "replay_tolerance = 1.5"),
+    ('[tool.perfmodel]\nreplay_tolerance = nan\n', "replay_tolerance = nan"),
+    ('[tool.perfmodel]\nreplay_tolerance = "0.5%"\n', "replay_tolerance = '0.5%'"),
+    ('[tool.perfmodel]\nreplay_fail_on_improvement = 1\n', "replay_fail_on_improvement = 1 "),
     ('[tool.perfmodel]\nthresholds = 1\n', "unknown key"),
     ('[tool.perfmodel\n', "not valid TOML"),
 ])

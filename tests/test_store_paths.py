@@ -20,7 +20,8 @@ OWNER = "perfmodel/store/"
 #: file names, then patterns of file names (f-strings are matched on their literal text).
 RESERVED_NAMES = {paths.DEFAULT_ROOT, paths.SPEC_FILE, paths.RUNS, paths.PREDICTORS,
                   paths.FIT_INDEX, paths.OVERHEADS, paths.TRACES, paths.REPORT,
-                  paths.REPORT_INDEX, paths.STABILITY, paths.DRIFT, paths.REPLAY}
+                  paths.REPORT_INDEX, paths.STABILITY, paths.DRIFT, paths.REPLAY,
+                  paths.REPLAY_BASELINE}
 RESERVED_PATTERNS = (
     re.compile(r"^baseline-"),                     # baseline-<profile>.json
     re.compile(r"^device-"),                       # device-<N>threads.json
@@ -139,6 +140,7 @@ def test_pending_offenders_still_exist():
     'SPEC = "device.json"',
     'p = root / key / "report" / "index.html"',
     'p = folder / "replay" / f"{workload}.json.gz"',
+    'p = folder / "replay-baseline.json"',
 ])
 def test_the_check_catches_a_path_built_by_hand(source):
     assert path_pieces(source), source
@@ -166,12 +168,14 @@ def test_names_match_the_layout(tmp_path):
         "overhead": paths.overhead_file(folder, "mlp_small"),
         "stability": paths.stability_file(folder, "r1"), "drift": paths.drift_file(folder, "r1"),
         "report": paths.report_index(folder),
-        "replay": paths.replay_file(folder, "dlrm_mp@2")}.items()}
+        "replay": paths.replay_file(folder, "dlrm_mp@2"),
+        "replay_baseline": paths.replay_baseline_file(folder)}.items()}
     assert rel == {"spec": "device.json", "threads": "device-1threads.json",
                    "run": "runs/r1.jsonl", "fit": "predictors/r1", "index": "predictors/r1/index.json",
                    "baseline": "baseline-quick.json", "overhead": "overheads/mlp_small.json",
                    "stability": "stability/r1.json", "drift": "drift/r1.json",
-                   "report": "report/index.html", "replay": "replay/dlrm_mp@2.json.gz"}
+                   "report": "report/index.html", "replay": "replay/dlrm_mp@2.json.gz",
+                   "replay_baseline": "replay-baseline.json"}
     et, kineto, calibration = paths.trace_files(paths.traces_dir(folder), "w.rank0")
     assert (et.name, kineto.name, calibration.name) == (
         "w.rank0.et.json", "w.rank0.kineto.json", "w.rank0.calibration.json")

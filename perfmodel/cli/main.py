@@ -243,6 +243,53 @@ def _stats(args: argparse.Namespace) -> int:
     return 1 if report.failed else 0
 
 
+def _refit(args: argparse.Namespace) -> int:
+    """Refit one device's predictors from its stored runs and print the new
+    fit's id, size and per-op GMAE summary."""
+    import time
+
+    from perfmodel.fit.fitting import gmae_summary, refit
+    from perfmodel.store.prune import human_bytes
+    from perfmodel.store.results import ResultStore
+
+    root = Path(args.results)
+    key = (pick_report_device(root, this_machine_keys()) if args.device is None
+           else _device_key(args))
+    started = time.monotonic()
+    fit, folder, problems = refit(ResultStore(root, key), key, args.threads,
+                                  device=_this_machine_cuda_spec(key), allocator=args.allocator)
+    seconds = time.monotonic() - started
+    for problem in problems:
+        print(f"warning: skipped {problem}", file=sys.stderr)
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    threads = "" if fit.threads is None else f", {fit.threads} thread(s)"
+    print(f"refit {key}{threads}: {len(fit.data_runs)} run(s), {seconds:.0f} s")
+    print(f"fit {folder.name}: {human_bytes(size)} ({size} bytes) in {folder}")
+    print(gmae_summary(fit))
+    return 0
+
+
+def _this_machine_cuda_spec(key: str):
+    """The spec of this machine's CUDA device ``key`` (what a session on it
+    fits for), or None: a CPU key, no torch or no such device here."""
+    if not key.startswith("cuda"):
+        return None
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        from perfmodel.device.probe import cuda_spec_from_properties
+
+        for index in range(torch.cuda.device_count()):
+            spec = cuda_spec_from_properties(torch.cuda.get_device_properties(index), index)
+            if spec.key == key:
+                return spec
+    except (ImportError, RuntimeError):
+        return None
+    return None
+
+
 def _replay(args: argparse.Namespace) -> int:
     from perfmodel.replay.rerun import format_json, format_text, replay_device, replay_devices
 
@@ -286,6 +333,31 @@ def _add_replay_command(sub) -> None:
                              "time and the contribution to the E2E error")
     replay.add_argument("--json", action="store_true", help="machine-readable output")
     replay.set_defaults(func=_replay)
+
+
+def _add_refit_command(sub) -> None:
+    refit = sub.add_parser(
+        "refit", help="fit a device's predictors again from its stored runs (a stale fit)",
+        description="Fit the predictors of one device and thread count again from the "
+                    "measurement runs stored under RESULTS/<device-key>/runs/, as the next "
+                    "session would (the runs of that thread count, under the allocator "
+                    "policy of the newest of them), and save the fit, compressed, as a new "
+                    "RESULTS/<device-key>/predictors/<run-id>/: the newest, so the one the "
+                    "code predicts with. Deterministic: the same runs give the same "
+                    "predictions. Older fits are kept. Prints the new fit's id, size and a "
+                    "per-op GMAE summary. Use it when a stored fit is stale for today's code.")
+    _results(refit)
+    refit.add_argument("--device", default=None,
+                       help="device key, a folder under RESULTS (default: this machine's "
+                            "device when RESULTS holds its results)")
+    refit.add_argument("--threads", type=int, default=None,
+                       help="torch threads of the runs to fit (default: the thread count of "
+                            "the device's stored spec, device.json)")
+    refit.add_argument("--allocator", default=None,
+                       choices=("glibc-keep-freed", "default"),
+                       help="fit the CPU runs measured under this host allocator policy "
+                            "(default: the newest run's, as a session on that host would)")
+    refit.set_defaults(func=_refit)
 
 
 def _detecting(parser: argparse.ArgumentParser) -> None:
@@ -443,6 +515,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_prune_command(sub)
     _add_analysis_commands(sub)
     _add_replay_command(sub)
+    _add_refit_command(sub)
     return parser
 
 
@@ -456,7 +529,11 @@ def main(argv: list[str] | None = None) -> int:
         print(str(exc), file=sys.stderr)
         return 2
     except (ValueError, RuntimeError, OSError) as exc:
-        print(f"perfmodel {args.command}: error: {exc}", file=sys.stderr)
+        fitting = sys.modules.get("perfmodel.fit.fitting")  # loaded when one was raised
+        if fitting is not None and isinstance(exc, fitting.StaleFit):
+            print(str(exc), file=sys.stderr)  # one line with the command that refits
+        else:
+            print(f"perfmodel {args.command}: error: {exc}", file=sys.stderr)
         return 2
 
 

@@ -18,10 +18,11 @@ Forecast = IterationPrediction
 
 def _device_and_fit(results_root: Path, device: str | None, threads: int | None):
     """(DeviceSpec, torch device, fit, shared overhead table, problems: the
-    stored files passed over); ValueError when no fit is stored."""
+    stored files passed over); ValueError when no fit is stored,
+    :class:`~perfmodel.fit.fitting.StaleFit` (one) when the stored fit is stale."""
     from perfmodel.device.probe import detect_device
     from perfmodel.e2e.single import shared_table
-    from perfmodel.fit.fitting import load_latest_fit
+    from perfmodel.fit.fitting import load_latest_fit, require_current
     from perfmodel.store.results import ResultStore
 
     spec = detect_device(device, results_root, threads=threads)
@@ -31,6 +32,7 @@ def _device_and_fit(results_root: Path, device: str | None, threads: int | None)
         why = f" ({problems[0]})" if problems else ""
         raise ValueError(f"no fitted predictors under {store.predictors_dir}{why}; run "
                          f"`pytest suites/ -m microbench` first")
+    require_current(fit, spec.key)
     table, table_problems = shared_table(store.dir, spec.mem_bandwidth_Bps)
     torch_device = "cpu" if spec.kind == "cpu" else f"cuda:{spec.index or 0}"
     return spec, torch_device, fit, table, problems + table_problems

@@ -234,13 +234,15 @@ def predict_model(model: Any, batch: Any, loss_fn: Callable[[Any, Any], Any], op
     iteration is zero_grad, loss, backward, ``optimizer.step()``. Predictions
     use the fitted predictors and the shared overhead table stored under
     ``results/<device-key>/`` (run ``pytest suites/ -m "microbench or e2e"``
-    first to create them). ``items`` (samples per batch, for items/s) defaults
+    first to create them); a stale stored fit is refused with
+    :class:`~perfmodel.fit.fitting.StaleFit`, which names the command that
+    refits it. ``items`` (samples per batch, for items/s) defaults
     to the leading dim of the first tensor in ``batch``. The model's own
     overhead samples are not added to the shared table. ``replay``: a file to save
     the capture to as a replay case (:func:`save_replay`).
     """
     from perfmodel.device.probe import detect_device
-    from perfmodel.fit.fitting import load_latest_fit
+    from perfmodel.fit.fitting import load_latest_fit, require_current
     from perfmodel.store.results import ResultStore
 
     spec = detect_device(device, Path(results), threads=threads)
@@ -250,6 +252,7 @@ def predict_model(model: Any, batch: Any, loss_fn: Callable[[Any, Any], Any], op
     if fit is None:
         raise LookupError(f"no fitted predictors under {store.dir}; run "
                           f"`pytest suites/ -m microbench` first")
+    require_current(fit, spec.key)  # StaleFit: never predict from a stale fit
     table, table_problems = shared_table(store.dir, spec.mem_bandwidth_Bps)
     for problem in problems + table_problems:
         warnings.warn(f"skipped: {problem}", stacklevel=2)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -218,6 +219,10 @@ class FitReport:
     #: the host's speed over the measurements it was trained on (the median of
     #: their records' ``host_speed``; None when none recorded it)
     host_speed: HostSpeed | None = None
+    #: the folder it was loaded from (None: fitted in this process, not loaded)
+    path: Path | None = None
+    #: the device key its index names (None: not loaded, or not recorded)
+    device_key: str | None = None
 
     @property
     def data_id(self) -> str:
@@ -536,9 +541,11 @@ def load_fit(folder: Path) -> FitReport:
                                 or threads < 1):
         raise ValueError(f"{index_path}: 'threads' must be null or an int >= 1, got {threads!r}")
     speed = index.get("host_speed")
+    key = index.get("device_key")
     report = FitReport(data_runs=tuple(runs), threads=threads,
                        host_speed=None if speed is None else HostSpeed.from_dict(
-                           speed, f"{index_path}: 'host_speed'"))
+                           speed, f"{index_path}: 'host_speed'"),
+                       path=Path(folder), device_key=key if isinstance(key, str) else None)
     entries = index.get("entries", [])
     if not isinstance(entries, list):
         raise ValueError(f"{index_path}: 'entries' must be a list of predictor entries")
@@ -647,3 +654,154 @@ def current_fit(store: ResultStore, device: DeviceSpec, run_id: str
         save_fit(fit, store, run_id, runs)
         return fit, loaded.problems + problems
     return latest, loaded.problems + problems
+
+
+# -- stale fits and refitting ----------------------------------------------------------
+
+
+def refit_command(device_key: str, threads: int | None) -> str:
+    """The command that refits ``device_key``'s fit of ``threads`` torch threads
+    from its stored measurement runs (:func:`refit`)."""
+    return f"perfmodel refit --device {device_key}" + (
+        "" if threads is None else f" --threads {threads}")
+
+
+class StaleFit(ValueError):
+    """A stored fit that today's code cannot use whole: some of its predictors
+    are stale (:attr:`FitReport.stale`: their op's params, or the predictor
+    kinds it is chosen among, changed since the fit). Predicting with the rest
+    would leave those ops' time unmodelled without a word, so the prediction
+    paths refuse it with this one line, which names the fit, how many
+    predictors are stale and why (the first reason), and the command that
+    refits (:func:`refit_command`)."""
+
+    def __init__(self, fit: FitReport, device_key: str | None = None):
+        self.fit = fit
+        self.device_key = device_key or fit.device_key or "<device-key>"
+        self.command = refit_command(self.device_key, fit.threads)
+        total = len(fit.stale) + len(fit.predictors)
+        first = fit.skipped.get(fit.stale[0], "") if fit.stale else ""
+        why = first.partition("; ")[0]  # the reason, without the older hint that follows
+        name = fit.path.as_posix() if fit.path is not None else "the fit"
+        threads = "" if fit.threads is None else f" ({fit.threads} thread(s))"
+        super().__init__(f"stale fit {name}{threads}: {len(fit.stale)} of {total} predictors "
+                         f"cannot be used by today's code (first: {why}); run `{self.command}`")
+
+
+def require_current(fit: FitReport | None, device_key: str | None = None) -> FitReport | None:
+    """``fit`` when none of its predictors is stale (None stays None);
+    :class:`StaleFit` otherwise."""
+    if fit is not None and fit.stale:
+        raise StaleFit(fit, device_key)
+    return fit
+
+
+def stored_spec(store: ResultStore, threads: int | None) -> DeviceSpec:
+    """The device spec stored under ``store`` for ``threads`` torch threads (its
+    ``device.json``, or ``device-<N>threads.json``; any thread count when
+    ``threads`` is None: ``device.json``'s); ValueError naming the folder when
+    none is stored."""
+    candidates = [paths.spec_file(store.dir), *paths.threads_spec_files(store.dir).values()]
+    problems = []
+    for path in candidates:
+        if not path.is_file():
+            continue
+        try:
+            spec = DeviceSpec.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError, ValueError, TypeError) as exc:
+            problems.append(f"{path}: {exc}")
+            continue
+        if spec.key != store.device_key:
+            problems.append(f"{path}: describes {spec.key}, not {store.device_key}")
+            continue
+        if threads is None or spec.kind != "cpu" or spec.threads == threads:
+            return spec
+    what = "" if threads is None else f" for {threads} thread(s)"
+    why = f" ({'; '.join(problems)})" if problems else ""
+    raise ValueError(f"no device spec{what} under {store.dir}{why}; refit on that machine, "
+                     f"where `perfmodel devices --threads N` stores one")
+
+
+def runs_allocator(records: Sequence[dict], device: DeviceSpec) -> str | None:
+    """The host allocator policy a refit of ``device`` uses: the one its newest
+    measurement run at ``device``'s thread count (collectives left out, whose
+    ranks share the host whatever they run) was measured under; None off a CPU
+    or without such a run."""
+    if device.kind != "cpu":
+        return None
+    newest: tuple[str, str] | None = None
+    for record in records:
+        if record.get("kind") != "measurement" or not _same_host_setup(record, device, None):
+            continue
+        try:
+            if get_op(record["op"]).family == "collective":
+                continue
+        except (KeyError, ValueError):
+            continue
+        run = str(record.get("run_id"))
+        if newest is None or run > newest[0]:
+            newest = (run, record_allocator(record))
+    return None if newest is None else newest[1]
+
+
+def refit(store: ResultStore, device_key: str | None = None, threads: int | None = None,
+          device: DeviceSpec | None = None, run_id: str | None = None,
+          allocator: str | None = None) -> tuple[FitReport, Path, list[str]]:
+    """Fit ``device_key``'s predictors again from its stored measurement runs
+    at ``threads`` torch threads, as a session would (:func:`current_fit`'s
+    selection: :func:`fit_run_ids`, under the allocator policy of the newest
+    such run, :func:`runs_allocator`), and save the fit as ``predictors/<run_id>/``
+    (default: a new run id, so it is the newest). Deterministic: the same runs
+    give the same predictors (seeded folds, seeded forests). ``device``: the
+    spec to fit for (default: the one stored for that thread count,
+    :func:`stored_spec`); ``threads`` None means the spec's; ``allocator``: the
+    policy whose CPU runs to fit on instead of the newest run's. Returns the fit,
+    its folder and the problems met loading the runs; ValueError when no run
+    qualifies."""
+    from dataclasses import replace as _replace
+
+    from perfmodel.store.results import new_run_id
+
+    if device_key is not None and device_key != store.device_key:
+        store = ResultStore(store.root, device_key)
+    spec = device if device is not None else stored_spec(store, threads)
+    if spec.kind == "cpu" and threads is not None and spec.threads != threads:
+        spec = _replace(spec, threads=threads)
+    loaded = store.load("measurement")
+    if allocator is None:
+        allocator = runs_allocator(loaded.records, spec)
+    runs = fit_run_ids(loaded.records, spec, allocator)
+    what = "" if spec.threads is None or spec.kind != "cpu" else f" at {spec.threads} thread(s)"
+    if not runs:
+        raise ValueError(f"no measurement runs{what} to refit from under {store.runs_dir}")
+    fitted = fit_predictors(loaded.records, spec, allocator=allocator)
+    if not fitted.predictors:
+        why = next(iter(fitted.skipped.values()), "nothing to fit")
+        raise ValueError(f"nothing could be fitted from the runs{what} under "
+                         f"{store.runs_dir} ({why})")
+    fitted.data_runs = tuple(runs)
+    if run_id is None:  # one that sorts after every stored fit: the newest, the one used
+        newest = max((p.name for p in paths.fit_dirs(store.dir)), default="")
+        run_id = new_run_id()
+        for _ in range(15):  # a fit saved this second; bounded: a fit named otherwise
+            if run_id > newest:
+                break
+            time.sleep(0.1)
+            run_id = new_run_id()
+    folder = save_fit(fitted, store, run_id, runs)
+    fitted.path, fitted.device_key = folder, store.device_key
+    return fitted, folder, loaded.problems
+
+
+def gmae_summary(fit: FitReport) -> str:
+    """One line over ``fit``'s per-op held-out accuracy: predictors, skipped
+    ops, the median and worst held-out GMAE and the median noise floor."""
+    accs = sorted(fit.accuracy.values(), key=lambda a: a.gmae)
+    if not accs:
+        return f"per-op GMAE: no predictors ({len(fit.skipped)} skipped)"
+    worst = accs[-1]
+    floors = sorted(a.noise_floor for a in accs if a.noise_floor is not None)
+    floor = f"{floors[len(floors) // 2]:.1%}" if floors else "n/a"
+    return (f"per-op GMAE over {len(accs)} predictors ({len(fit.skipped)} skipped): median "
+            f"{accs[len(accs) // 2].gmae:.1%}, worst {worst.gmae:.1%} ({worst.name}); "
+            f"median noise floor {floor}")

@@ -118,9 +118,11 @@ def replay_device(root: Path, device_key: str, fit_path: Path | None = None,
                   ) -> DeviceReplay:
     """Replay the cases of ``device_key`` under ``root`` (``workloads``: only
     those; ValueError naming a missing one) with the fit at ``fit_path`` (a
-    predictors folder) or the newest stored one of each case's thread count."""
+    predictors folder) or the newest stored one of each case's thread count.
+    :class:`~perfmodel.fit.fitting.StaleFit` (one line naming the command that
+    refits) when that fit is stale for today's code."""
     from perfmodel.e2e.single import shared_table
-    from perfmodel.fit.fitting import load_fit
+    from perfmodel.fit.fitting import load_fit, require_current
     from perfmodel.store.results import ResultStore
 
     store = ResultStore(Path(root), device_key)
@@ -132,7 +134,8 @@ def replay_device(root: Path, device_key: str, fit_path: Path | None = None,
                              f"{paths.replay_dir(store.dir)}; cases: {', '.join(files) or 'none'}")
         files = {w: p for w, p in files.items() if w in workloads}
     out = DeviceReplay(device_key, [], [], [])
-    given = load_fit(Path(fit_path)) if fit_path is not None else None
+    given = require_current(load_fit(Path(fit_path)) if fit_path is not None else None,
+                            device_key)
     fits: dict[int | None, tuple] = {}
     tables: dict[float, object] = {}
     for path in files.values():
@@ -148,6 +151,7 @@ def replay_device(root: Path, device_key: str, fit_path: Path | None = None,
             if threads not in fits:
                 fits[threads] = latest_fit(store, threads, out.problems)
             fit, fit_name = fits[threads]
+            require_current(fit, device_key)  # never replay from a stale fit
         if case.bandwidth_Bps not in tables:
             table, problems = shared_table(store.dir, case.bandwidth_Bps)
             out.problems += problems
@@ -191,11 +195,13 @@ def _failed(case: ReplayCase, fit_name: str | None, problem: str) -> Replayed:
 
 
 def replay_case(case: ReplayCase, fit, table, fit_name: str | None = None,
-                attribution: bool = False) -> Replayed:
-    """``case`` predicted with ``fit`` and the overhead ``table`` (no bias), with
-    its attribution when asked (see the module docstring)."""
+                attribution: bool = False, bias: dict[str, float] | None = None) -> Replayed:
+    """``case`` predicted with ``fit`` and the overhead ``table``, with its
+    attribution when asked (see the module docstring). ``bias`` plants a
+    prediction error (:func:`perfmodel.simulate.predict.parse_bias`; None: none),
+    as the replay gate's ``--perfmodel-plant-bias`` does."""
     try:
-        total, sims = _simulate(case, fit, table)
+        total, sims = _simulate(case, fit, table, bias)
     except (LookupError, ValueError) as exc:
         return _failed(case, fit_name, f"cannot predict: {exc}")
     out = Replayed(case.workload, case.device_key, total, case.measured_s, case.traced_s,
@@ -205,28 +211,30 @@ def replay_case(case: ReplayCase, fit, table, fit_name: str | None = None,
     return out
 
 
-def _simulate(case: ReplayCase, fit, table) -> tuple[float, list[list]]:
+def _simulate(case: ReplayCase, fit, table, bias: dict[str, float] | None = None
+              ) -> tuple[float, list[list]]:
     """The predicted iteration (s) and each rank's SimTask list."""
     if case.ranks is None and len(case.graphs) == 1:
         from perfmodel.simulate.predict import sim_tasks
         from perfmodel.simulate.walk import simulate
 
-        tasks, _ = sim_tasks(case.graphs[0], fit, table, case.on_device)
+        tasks, _ = sim_tasks(case.graphs[0], fit, table, case.on_device, bias)
         return simulate(tasks, keep_timeline=False).total_s, [tasks]
     from perfmodel.e2e.ranks import predict_ranks
 
-    prediction = predict_ranks(case.graphs, fit, table, keep_timeline=False,
+    prediction = predict_ranks(case.graphs, fit, table, bias, keep_timeline=False,
                                host=_host_model(case, fit))
-    return prediction.total_s, [_rank_tasks(case, fit, table, g) for g in case.graphs]
+    return prediction.total_s, [_rank_tasks(case, fit, table, g, bias) for g in case.graphs]
 
 
-def _rank_tasks(case: ReplayCase, fit, table, graph) -> list:
+def _rank_tasks(case: ReplayCase, fit, table, graph, bias: dict[str, float] | None = None
+                ) -> list:
     """One rank's SimTasks as :func:`perfmodel.e2e.ranks.predict_ranks` prices them."""
     from perfmodel.e2e.ranks import comm_pricer
     from perfmodel.simulate.predict import NON_OP_CATEGORIES, sim_tasks
 
     host = _host_model(case, fit)
-    tasks, _ = sim_tasks(graph, fit, table, False, None, comm_pricer(fit), host.op_seconds)
+    tasks, _ = sim_tasks(graph, fit, table, False, bias, comm_pricer(fit), host.op_seconds)
     for task in tasks:
         if task.category in NON_OP_CATEGORIES:
             host.slow_host_work(task)

@@ -8,6 +8,7 @@ checks); each asks here. Per device folder::
     runs/<run-id>.jsonl               one immutable file per run (header, then records)
     predictors/<run-id>/index.json    a fit: its index, and per predictor <stem>.json + .npz
     baseline-<profile>.json           the E2E gate's baseline of a profile
+    replay-baseline.json              the replay gate's baseline (every replay case)
     overheads/<workload>.json         a workload's host-overhead samples
     traces/<name>.{et,kineto,calibration}.json   captured traces
     replay/<workload>.json.gz         a workload's replay case (the newest capture)
@@ -43,6 +44,8 @@ REPORT_INDEX = "index.html"
 STABILITY = "stability"
 DRIFT = "drift"
 REPLAY = "replay"
+#: The replay gate's baseline (:mod:`perfmodel.gate.replay`).
+REPLAY_BASELINE = "replay-baseline.json"
 #: Suffix of a replay case (gzip JSON, :mod:`perfmodel.replay.case`).
 REPLAY_SUFFIX = ".json.gz"
 #: Suffixes of one captured trace: execution trace, Kineto trace, profiler calibration.
@@ -178,6 +181,12 @@ def baseline_files(folder: Path) -> dict[str, Path]:
         if match and path.is_file():
             found[match["profile"]] = path
     return dict(sorted(found.items()))
+
+
+def replay_baseline_file(folder: Path) -> Path:
+    """``replay-baseline.json``: the replay gate's baseline of the device's replay
+    cases (:mod:`perfmodel.gate.replay`)."""
+    return folder / REPLAY_BASELINE
 
 
 def stability_file(folder: Path, run_id: str) -> Path:
