@@ -210,3 +210,18 @@ def test_replay_refuses_a_stale_fit_with_one_line(planted_linear_fit, capsys):
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and err.startswith("stale fit ")
     assert err.endswith(f"; run `perfmodel refit --device {key} --threads {THREADS}`\n")
+
+
+def test_replay_of_a_device_without_cases_names_the_devices_that_have_some(tmp_path, capsys):
+    from perfmodel.replay.case import MeasuredTiming, ReplayCase, save_case
+    from perfmodel.store import paths
+    from perfmodel.trace.graph import Graph
+
+    save_case(paths.replay_file(tmp_path / "cpu-a-2c", "w"),
+              ReplayCase("w", "cpu-a-2c", False, 3e10, 2, [Graph([], 2e-5)],
+                         MeasuredTiming(1e-5, 1e-7, 30, 5, 1000.0),
+                         env={"device_key": "cpu-a-2c", "threads": 2}, config={}, recorded={}))
+    assert main(["replay", "--results", str(tmp_path), "--device", "cuda-b-80gb"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert "no replay cases for cuda-b-80gb" in err and "devices with cases: cpu-a-2c" in err

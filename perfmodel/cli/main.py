@@ -296,6 +296,10 @@ def _replay(args: argparse.Namespace) -> int:
     root = Path(args.results)
     if args.device is not None:
         keys = [args.device]
+        if args.device not in replay_devices(root):
+            raise ValueError(f"no replay cases for {args.device} under {root}; devices with "
+                             f"cases: {', '.join(replay_devices(root)) or 'none'} (the e2e "
+                             f"items save them: pytest suites/test_e2e.py -m e2e)")
     else:
         keys = replay_devices(root)
         if not keys:
