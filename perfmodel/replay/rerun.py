@@ -176,17 +176,13 @@ def latest_fit(store, threads: int | None, problems: list[str]) -> tuple[object,
     """The fit :func:`perfmodel.fit.fitting.load_latest_fit` picks (the newest
     loadable one, of ``threads`` when given) and its folder relative to the
     device folder; unloadable fits go to ``problems``. (None, None) for none."""
-    from perfmodel.fit.fitting import load_fit
+    from perfmodel.fit.fitting import load_latest_fit
 
-    for folder in reversed(paths.fit_dirs(store.dir)):
-        try:
-            fit = load_fit(folder)
-        except ValueError as exc:
-            problems.append(str(exc))
-            continue
-        if threads is None or fit.threads == threads:
-            return fit, folder.relative_to(store.dir).as_posix()
-    return None, None
+    fit, skipped = load_latest_fit(store, threads=threads)
+    problems.extend(skipped)
+    if fit is None:
+        return None, None
+    return fit, fit.path.relative_to(store.dir).as_posix()
 
 
 def _failed(case: ReplayCase, fit_name: str | None, problem: str) -> Replayed:
