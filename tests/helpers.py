@@ -240,3 +240,34 @@ def mutate(data, doc):
     else:
         parent[data.draw(st.text(max_size=6))] = data.draw(json_values)
     return doc
+
+
+def save_uncompressed(folder: Path) -> None:
+    """Rewrite a fit's arrays as an older perfmodel saved them (np.savez), checksums
+    updated."""
+    import hashlib
+    import io
+
+    import numpy as np
+
+    for npz in folder.glob("*.npz"):
+        with np.load(npz, allow_pickle=False) as loaded:
+            arrays = {name: loaded[name] for name in loaded.files}
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        npz.write_bytes(buffer.getvalue())
+        meta = npz.with_suffix(".json")
+        document = json.loads(meta.read_text())
+        document["npz_sha256"] = hashlib.sha256(buffer.getvalue()).hexdigest()
+        meta.write_text(json.dumps(document))
+
+
+def forbid_cuda(monkeypatch, who: str) -> None:
+    """Make every torch.cuda call that reveals a device fail the test, naming ``who``."""
+    import torch
+
+    def refuse(*_, **__):
+        raise AssertionError(f"{who} called torch.cuda")
+
+    for name in ("is_available", "synchronize", "device_count", "get_device_properties"):
+        monkeypatch.setattr(torch.cuda, name, refuse)

@@ -12,7 +12,7 @@ from perfmodel.fit.fitting import (MIN_CONFIGS, extrapolation_split, fit_predict
                                load_latest_fit, random_folds, save_fit)
 from perfmodel.ops import get_op
 from perfmodel.store.results import ResultStore
-from tests.helpers import SPEC, planted_records
+from tests.helpers import SPEC, planted_records, save_uncompressed
 
 
 def test_splits_hold_out_unseen_configs():
@@ -449,24 +449,13 @@ def test_refitting_the_same_records_gives_the_same_predictions():
 
 def test_compressing_an_old_fit_keeps_its_predictions(tmp_path):
     """compress_fit rewrites a fit saved uncompressed; it loads and predicts the same."""
-    import hashlib
-    import io
     import zipfile
 
     from perfmodel.fit.fitting import compress_fit
 
     report = fit_predictors(planted_records(), SPEC)
     folder = save_fit(report, ResultStore(tmp_path, SPEC.key), "run-1")
-    for npz in folder.glob("*.npz"):  # as an older perfmodel saved it
-        with np.load(npz, allow_pickle=False) as loaded:
-            arrays = {name: loaded[name] for name in loaded.files}
-        buffer = io.BytesIO()
-        np.savez(buffer, **arrays)
-        npz.write_bytes(buffer.getvalue())
-        meta = npz.with_suffix(".json")
-        document = json.loads(meta.read_text())
-        document["npz_sha256"] = hashlib.sha256(buffer.getvalue()).hexdigest()
-        meta.write_text(json.dumps(document))
+    save_uncompressed(folder)  # as an older perfmodel saved it
     configs = [{"B": 256, "IN": 1024, "OUT": 1024}, {"B": 8, "IN": 8, "OUT": 8}]
     expected = {k: p.predict("float32", configs) for k, p in load_fit(folder).predictors.items()}
     before, after = compress_fit(folder)

@@ -218,30 +218,10 @@ def test_cli_without_results(tmp_path, capsys):
     assert "no stored results under" in capsys.readouterr().err
 
 
-def save_uncompressed(folder):
-    """Rewrite a fit's arrays as an older perfmodel saved them (np.savez), checksums
-    updated."""
-    import hashlib
-    import io
-
-    import numpy as np
-
-    for npz in folder.glob("*.npz"):
-        with np.load(npz, allow_pickle=False) as loaded:
-            arrays = {name: loaded[name] for name in loaded.files}
-        buffer = io.BytesIO()
-        np.savez(buffer, **arrays)
-        npz.write_bytes(buffer.getvalue())
-        meta = npz.with_suffix(".json")
-        document = json.loads(meta.read_text())
-        document["npz_sha256"] = hashlib.sha256(buffer.getvalue()).hexdigest()
-        meta.write_text(json.dumps(document))
-
-
 def test_cli_compresses_the_kept_fits(tree, capsys):
     """--compress-fits rewrites kept fits saved uncompressed; they load the same."""
     from perfmodel.fit.fitting import fit_predictors, load_fit
-    from tests.helpers import SPEC, planted_records
+    from tests.helpers import SPEC, planted_records, save_uncompressed
 
     fit = fit_predictors(planted_records(), SPEC)
     fit.data_runs, fit.threads = (run_id(14),), 2

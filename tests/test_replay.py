@@ -26,7 +26,7 @@ from perfmodel.replay.case import (
 from perfmodel.store import paths
 from perfmodel.trace.graph import Graph, Task
 from perfmodel.trace.parse import Kernel
-from tests.helpers import THREADS
+from tests.helpers import THREADS, forbid_cuda
 
 TINY_WORKLOADS = ("mlp_small", "transformer_encoder")
 
@@ -294,13 +294,7 @@ def test_attribution_adds_up(corpus, capsys, device):
 
 
 def test_replay_needs_no_cuda(corpus, capsys, monkeypatch):
-    import torch
-
-    def refuse(*_, **__):
-        raise AssertionError("replay called torch.cuda")
-
-    for name in ("is_available", "synchronize", "device_count", "get_device_properties"):
-        monkeypatch.setattr(torch.cuda, name, refuse)
+    forbid_cuda(monkeypatch, "replay")
     root, _ = corpus
     assert "gpu_model" in _run(capsys, "--results", str(root), "--device", "cuda-planted-80gb")
 

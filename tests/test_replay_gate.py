@@ -24,7 +24,7 @@ from perfmodel.replay.rerun import Replayed
 from perfmodel.store import paths
 from perfmodel.trace.graph import Graph, Task
 from perfmodel.trace.parse import Kernel
-from tests.helpers import REPO, THREADS, run_plugin
+from tests.helpers import REPO, THREADS, forbid_cuda, run_plugin
 
 pytestmark = pytest.mark.usefixtures("heavy_modules_loaded_once")
 
@@ -161,13 +161,7 @@ def _section_end(out) -> str:
 # -- through pytest ------------------------------------------------------------------------
 
 def test_unchanged_code_passes_and_a_planted_bias_fails(pytester, corpus, monkeypatch):
-    import torch
-
-    def refuse(*_, **__):
-        raise AssertionError("the replay gate called torch.cuda")
-
-    for name in ("is_available", "synchronize", "device_count", "get_device_properties"):
-        monkeypatch.setattr(torch.cuda, name, refuse)
+    forbid_cuda(monkeypatch, "the replay gate")
     root, key = corpus
     _suite(pytester)
     out = run_plugin(pytester, root, "-m", "replay")  # no baseline yet: new, not gated
