@@ -469,6 +469,75 @@ def _add_prune_command(sub) -> None:
     prune.set_defaults(func=_prune)
 
 
+def _campaign(args: argparse.Namespace) -> int:
+    from perfmodel.campaign import run_campaign
+
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    log = run_campaign(Path(args.out), Path(args.repo), Path(args.results).resolve(),
+                       dry_run=args.dry_run, parts=parts, budget_s=args.budget_s,
+                       e2e_reserve_s=args.e2e_reserve_s, workloads=args.workload or (),
+                       select=args.k)
+    print(f"[campaign] {log.device_key or 'no device'}: {len(log.packed)} file(s) in {args.out} "
+          f"after {log.wall_s:.0f} s; parts: "
+          + ", ".join(f"{p.name} {p.wall_s:.0f} s (exit {p.returncode})" for p in log.parts))
+    failed = [p for p in log.parts if p.returncode not in (0, None) and not p.stopped_at_deadline]
+    return 1 if failed or not log.packed else 0
+
+
+def _unpack(args: argparse.Namespace) -> int:
+    from perfmodel.campaign import unpack
+
+    written = unpack(Path(args.folder), Path(args.results), args.logs and Path(args.logs))
+    for path in written:
+        print(path)
+    print(f"unpacked {len(written)} file(s)", file=sys.stderr)
+    return 0
+
+
+def _add_campaign_commands(sub) -> None:
+    from perfmodel.campaign import E2E_RESERVE_S, PARTS
+
+    campaign = sub.add_parser(
+        "campaign", help="on a lent GPU machine: the gpu sweep and the full-size E2E "
+                         "captures in one command, packed to bring back",
+        description="Run, against one deadline, the device check, the gpu-profile "
+                    "microbenchmark sweep (stopped at its share of the deadline; what it "
+                    "measured is kept) and the full-size E2E workloads saved as replay "
+                    "cases with their traces, and pack what they wrote under "
+                    "RESULTS/<device-key>/ into OUT after each part: at most 8 files of at "
+                    "most 16 MiB. Run it from the repository root (it runs suites/ and "
+                    "tests/); docs/gpu.md has the whole procedure.")
+    campaign.add_argument("out", help="empty folder to pack into")
+    _results(campaign)
+    campaign.add_argument("--dry-run", action="store_true",
+                          help="run the same parts on the CPU at the smoke profile (to time "
+                               "them and check the packing)")
+    campaign.add_argument("--parts", default=",".join(PARTS),
+                          help=f"comma-separated parts to run (default: {','.join(PARTS)})")
+    campaign.add_argument("--budget-s", type=float, default=540.0,
+                          help="seconds for the whole campaign, packing included (default: 540)")
+    campaign.add_argument("--e2e-reserve-s", type=float, default=E2E_RESERVE_S,
+                          help=f"seconds held for the E2E part while the sweep runs "
+                               f"(default: {E2E_RESERVE_S:.0f})")
+    campaign.add_argument("--workload", nargs="+", default=None, metavar="NAME",
+                          help="only these E2E workloads")
+    campaign.add_argument("-k", default=None, metavar="EXPR",
+                          help="a pytest -k expression selecting the sweep's items")
+    campaign.add_argument("--repo", default=".", help="the repository root (default: .)")
+    campaign.set_defaults(func=_campaign)
+    unpack = sub.add_parser(
+        "unpack", help="put the files a campaign brought back under RESULTS",
+        description="Extract a campaign's <key>-core.tar.gz and <key>-fits.tar.gz under "
+                    "RESULTS, join and extract its <key>-traces.tar.part<N> pieces "
+                    "(decompressing each trace beside its .xz), and its logs archive under "
+                    "LOGS. Refuses any member that is not a plain file under <key>/.")
+    unpack.add_argument("folder", help="the folder the campaign packed into")
+    _results(unpack)
+    unpack.add_argument("--logs", default=None,
+                        help="where the campaign's logs go (default: FOLDER)")
+    unpack.set_defaults(func=_unpack)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="perfmodel", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -520,6 +589,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_analysis_commands(sub)
     _add_replay_command(sub)
     _add_refit_command(sub)
+    _add_campaign_commands(sub)
     return parser
 
 
