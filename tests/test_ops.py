@@ -121,11 +121,12 @@ def test_gemm_quick_configs_mix_aligned_and_ragged_dims(name):
 def test_gemm_configs_include_the_power_of_two_grid(name, profile, missing):
     """Networks use power-of-two widths: the quick sweep holds every 64/256/1024 grid
     point under its FLOP cap (all but 1024³), each once; the gpu sweep every
-    256/1024/4096 point."""
+    256/1024/4096 point (the workloads' calls it adds come after its own configs: see
+    tests/test_workload_calls.py)."""
     from perfmodel.ops.gemm import _MAX_FLOPS, _QUICK_GRID
 
     op = get_op(name)
-    configs = op.configs(profile)
+    configs = op.configs(profile, workloads=False)
     dims = [tuple(c[p] for p in op.ranges) for c in configs]
     assert len(set(dims)) == len(dims)
     grid = {d for d in dims if set(d) <= set(_QUICK_GRID[profile])}

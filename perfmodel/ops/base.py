@@ -6,6 +6,7 @@ reads an op through :class:`OpDef`, so they cannot drift apart.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from dataclasses import dataclass
@@ -20,6 +21,10 @@ from typing import Any, Callable, Mapping, Sequence
 #: the dense grid.
 PROFILES = ("smoke", "quick", "gpu", "full")
 DIRECTIONS = ("forward", "backward")
+
+#: The profile whose configs also hold the op calls that the built-in workloads
+#: make at full size (:mod:`perfmodel.ops.workload_calls`; see :meth:`OpDef.configs`).
+WORKLOAD_CALLS_PROFILE = "gpu"
 
 #: Bytes per element of the dtypes the ops are benchmarked in.
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -99,11 +104,55 @@ class OpDef:
         """A stored record's ``config`` with :attr:`param_defaults` filled in."""
         return {**self.param_defaults, **config}
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass that defines its own :meth:`configs` gets the workload calls
+        added to it too (see :meth:`configs`)."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("configs")
+        if callable(own) and not getattr(own, "_adds_workload_calls", False):
+            cls.configs = _adding_workload_calls(own)
+
     # -- shape space -------------------------------------------------------
-    def configs(self, profile: str) -> list[dict[str, int]]:
-        """The configs of ``profile``: :meth:`generate_configs`, computed once."""
+    def configs(self, profile: str, workloads: bool = True) -> list[dict[str, int]]:
+        """The configs of ``profile``: :meth:`generate_configs`, computed once.
+
+        In :data:`WORKLOAD_CALLS_PROFILE` (``gpu``) they are followed by
+        :meth:`workload_configs`, the op calls of the built-in workloads at full
+        size that are not among them (``workloads=False``: the profile's own
+        configs alone). A subclass may override this method without the
+        ``workloads`` argument: its configs get the same addition
+        (:meth:`__init_subclass__` wraps it)."""
         check_profile(profile)
-        return [dict(c) for c in _cached_configs(self, profile)]
+        configs = [dict(c) for c in _cached_configs(self, profile)]
+        return with_workload_calls(self, profile, configs) if workloads else configs
+
+    def workload_configs(self) -> list[dict[str, int]]:
+        """The configs of this op's calls in the built-in workloads at full size
+        (:data:`perfmodel.ops.workload_calls.DATA_FILE`), in the file's order:
+        those in a dtype it benchmarks, completed (:meth:`complete_config`), and
+        only those that it :meth:`accepts`."""
+        return [dict(c) for c in _cached_workload_configs(self)]
+
+    def accepts(self, config: Mapping[str, int]) -> bool:
+        """Whether the runner can run ``config``: exactly this op's params, each
+        a non-negative int and the sizes (``monotone_params``) at least 1, the
+        op's own ``valid(config)`` when it has one, and work that
+        :meth:`flops` and :meth:`bytes_moved` can count (FLOPs >= 0 and bytes
+        > 0 in every direction and dtype)."""
+        if set(config) != set(self.params) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                for v in config.values()):
+            return False
+        if any(config[p] < 1 for p in (self.monotone_params or self.params)):
+            return False
+        valid = getattr(self, "valid", None)
+        try:
+            if callable(valid) and not valid(config):
+                return False
+            return all(self.flops(config, d) >= 0 and self.bytes_moved(config, t, d) > 0
+                       for d in self.directions for t in self.dtypes)
+        except (ArithmeticError, KeyError, TypeError, ValueError, NotImplementedError):
+            return False
 
     def generate_configs(self, profile: str) -> list[dict[str, int]]:
         """The configs of ``profile``; deterministic for a given profile."""
@@ -187,6 +236,51 @@ class OpDef:
 @lru_cache(maxsize=None)
 def _cached_configs(op: OpDef, profile: str) -> tuple[tuple[tuple[str, int], ...], ...]:
     return tuple(tuple(c.items()) for c in op.generate_configs(profile))
+
+
+@lru_cache(maxsize=None)
+def _cached_workload_configs(op: OpDef) -> tuple[tuple[tuple[str, int], ...], ...]:
+    from perfmodel.ops.workload_calls import params_by_op
+
+    out = []
+    for params in params_by_op(dtypes={op.name: op.dtypes}).get(op.name, ()):
+        config = op.complete_config(params)
+        if op.accepts(config):
+            out.append(tuple((p, config[p]) for p in op.params))
+    return tuple(out)
+
+
+def with_workload_calls(op: OpDef, profile: str,
+                        configs: list[dict[str, int]]) -> list[dict[str, int]]:
+    """``configs`` of ``op`` in ``profile``, followed in :data:`WORKLOAD_CALLS_PROFILE`
+    by the :meth:`~OpDef.workload_configs` that are not among them (compared on
+    ``op.params``, each completed); the other profiles' configs as they are."""
+    if profile != WORKLOAD_CALLS_PROFILE:
+        return configs
+    extra = op.workload_configs()
+    if not extra:
+        return configs
+    seen = {tuple(op.complete_config(c).get(p) for p in op.params) for c in configs}
+    out = list(configs)
+    for config in extra:
+        key = tuple(config[p] for p in op.params)
+        if key not in seen:
+            seen.add(key)
+            out.append(config)
+    return out
+
+
+def _adding_workload_calls(configs: Callable[..., list[dict[str, int]]]
+                           ) -> Callable[..., list[dict[str, int]]]:
+    """An op class's own ``configs`` method, with :func:`with_workload_calls` applied."""
+    @functools.wraps(configs)
+    def wrapped(self: OpDef, profile: str, *args: Any, workloads: bool = True,
+                **kwargs: Any) -> list[dict[str, int]]:
+        own = configs(self, profile, *args, **kwargs)
+        return with_workload_calls(self, profile, own) if workloads else own
+
+    wrapped._adds_workload_calls = True  # type: ignore[attr-defined]
+    return wrapped
 
 
 def check_profile(profile: str) -> str:
