@@ -174,9 +174,11 @@ def run_campaign(out: Path, repo: Path, results: Path, *, dry_run: bool = False,
              + (" (stopped at its deadline)" if result.stopped_at_deadline else ""))
         if part.name == "check":
             log.device_key = _device_key(logs / "check.log")
-            if result.returncode != 0 or log.device_key is None:
-                echo("[campaign] the device check failed: nothing else runs")
+            if log.device_key is None:
+                echo("[campaign] the device check found no device: nothing else runs")
                 break
+            if result.returncode != 0:
+                echo("[campaign] tests/test_gpu.py failed (see its log): the campaign goes on")
         log.wall_s = time.time() - start
         if part is not chosen[-1]:
             _pack_logged(log, out, results, start, logs, traces=False, echo=echo)

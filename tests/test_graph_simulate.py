@@ -272,7 +272,8 @@ def test_calls_beyond_the_fitted_configs_are_reported(graph):
     assert beyond_fit(graph.tasks, fit) is None
 
 
-def _cuda_trace(tmp_path, extra_events=(), launch_overhead_s=None):
+def _cuda_trace(tmp_path, extra_events=(), launch_overhead_s=None,
+                launch=("cuda_runtime", "cudaLaunchKernel")):
     """A synthetic CUDA trace: a linear whose GEMM kernel runs 400 us on stream 7
     (launched in 5 us), then an ``aten::item`` that waits for it; the iteration
     lasts 1 ms. ``launch_overhead_s``: the calibration's profiler cost per launch."""
@@ -293,7 +294,7 @@ def _cuda_trace(tmp_path, extra_events=(), launch_overhead_s=None):
     ev = [{"ph": "X", "cat": "user_annotation", "name": "perfmodel::iteration", "tid": 1,
            "ts": 0.0, "dur": 1000.0},
           {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "tid": 1, "ts": 10.0, "dur": 30.0},
-          {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "tid": 1, "ts": 20.0,
+          {"ph": "X", "cat": launch[0], "name": launch[1], "tid": 1, "ts": 20.0,
            "dur": 5.0, "args": {"correlation": 7}},
           {"ph": "X", "cat": "kernel", "name": "gemm_kernel", "tid": 7, "ts": 30.0,
            "dur": 400.0, "args": {"correlation": 7, "stream": 7}},
@@ -326,6 +327,101 @@ def test_cuda_kernels_are_tied_to_their_ops_and_simulated_on_streams(tmp_path):
     assert pred.predicted_s >= 1e-3  # the host waits for the kernel at aten::item
     assert any(lane == "stream 7" for lane, *_ in pred.timeline)
     assert pred.timeline is pred.sim.timeline
+
+
+def test_kernels_launched_through_the_driver_api_reach_their_op(tmp_path):
+    """cuBLAS launches its GEMMs with the driver's ``cuLaunchKernel`` (Kineto
+    category ``cuda_driver``): those kernels are tied to their op too."""
+    trace = _cuda_trace(tmp_path, launch=("cuda_driver", "cuLaunchKernel"))
+    (kernel,) = trace.nodes[4].kernels
+    assert kernel.stream == 7 and kernel.dur_s == pytest.approx(400e-6)
+    linear = next(t for t in build_graph(trace).tasks if t.op == "linear")
+    assert linear.kernels == [kernel]
+
+
+def _two_node_backward_trace(tmp_path):
+    """A linear on a 3-d input, as nn.Linear runs it: forward ``aten::linear``
+    (over a view), and a backward of two autograd nodes of its sequence number:
+    ``ViewBackward0`` (no kernel) first, then ``AddmmBackward0`` whose two GEMM
+    kernels (300 and 200 us) run on stream 7."""
+    import json
+
+    def node(id, name, parent, shapes=(), types=(), seq=-1):
+        return {"id": id, "name": name, "ctrl_deps": parent,
+                "inputs": {"values": [[]] * len(shapes), "shapes": list(shapes),
+                           "types": list(types)},
+                "outputs": {"values": [], "shapes": [], "types": []},
+                "attrs": [{"name": "seq_id", "value": seq}]}
+
+    prefix = "autograd::engine::evaluate_function: "
+    et = {"schema": "1.1.1-chakra.0.0.4", "nodes": [
+        node(1, "[pytorch|profiler|execution_trace|process]", 1),
+        node(2, "[pytorch|profiler|execution_trace|thread]", 1),
+        node(3, "perfmodel::iteration", 2),
+        node(4, "aten::linear", 3, ([64, 32], [16, 32], [16]), ["Tensor(float)"] * 3),
+        node(5, "aten::view", 4, seq=11),
+        node(6, "aten::addmm", 4, seq=12),
+        node(7, prefix + "ViewBackward0", 3),
+        node(8, "ViewBackward0", 7, seq=11),
+        node(9, prefix + "AddmmBackward0", 3),
+        node(10, "AddmmBackward0", 9, seq=12),
+        node(11, "aten::mm", 10)]}
+
+    def op(name, ts, dur, tid=1):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "tid": tid, "ts": ts, "dur": dur}
+
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "perfmodel::iteration", "tid": 1,
+           "ts": 0.0, "dur": 1000.0},
+          op("aten::linear", 10.0, 30.0), op("aten::view", 12.0, 2.0),
+          op("aten::addmm", 16.0, 20.0),
+          op(prefix + "ViewBackward0", 50.0, 10.0), op("ViewBackward0", 51.0, 8.0),
+          op(prefix + "AddmmBackward0", 70.0, 40.0), op("AddmmBackward0", 71.0, 38.0),
+          op("aten::mm", 72.0, 30.0)]
+    for corr, (ts, dur) in enumerate(((75.0, 300.0), (90.0, 200.0)), start=20):
+        ev += [{"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernel", "tid": 1,
+                "ts": ts, "dur": 3.0, "args": {"correlation": corr}},
+               {"ph": "X", "cat": "kernel", "name": f"gemm{corr}", "tid": 7, "ts": ts + 20,
+                "dur": dur, "args": {"correlation": corr, "stream": 7}}]
+    (tmp_path / "b.et.json").write_text(json.dumps(et))
+    (tmp_path / "b.kineto.json").write_text(json.dumps({"traceEvents": ev}))
+    return load_trace(tmp_path / "b.et.json", tmp_path / "b.kineto.json")
+
+
+def test_a_backward_over_several_autograd_nodes_owns_all_their_kernels(tmp_path):
+    """The op's backward task (its first autograd node) carries the kernels of
+    the nodes it covers, so on a device its predicted time runs on their
+    stream, in line with the rest, and not beside them on the host."""
+    graph = build_graph(_two_node_backward_trace(tmp_path))
+    (backward,) = [t for t in graph.tasks if t.kind == "op" and t.direction == "backward"]
+    (covered,) = [t for t in graph.tasks if t.kind == "covered"]
+    assert "ViewBackward0" in backward.name and "AddmmBackward0" in covered.name
+    assert [k.name for k in backward.kernels] == ["gemm20", "gemm21"]
+    assert covered.kernels == []
+    pred = predict_graph(graph, ConstantFit(1e-3), table_from_samples([], BANDWIDTH),
+                         on_device=True)
+    # the forward's and the backward's 1 ms each, one after the other on stream 7
+    assert pred.sim.device_active_s == pytest.approx(2e-3)
+    assert pred.predicted_s >= 2e-3
+
+
+def test_an_op_without_traced_kernels_runs_on_the_main_stream_on_a_device():
+    """On a device, a priced op whose kernels the trace did not tie to it runs
+    on the stream that carried most traced kernel time, not on the host, where
+    it would overlap the device's work."""
+    from perfmodel.trace.parse import Kernel
+
+    k = Kernel("gemm", 7, 0.0, 4e-4, 0.0, 5e-6)
+    tasks = [Task("op", "aten::linear", "gemm", op="linear", direction="forward",
+                  dtype="float32", params={"B": 64, "IN": 32, "OUT": 16, "GRAD_INPUT": 1},
+                  kernels=[k]),
+             Task("op", "aten::linear", "gemm", op="linear", direction="forward",
+                  dtype="float32", params={"B": 64, "IN": 32, "OUT": 16, "GRAD_INPUT": 1})]
+    pred = predict_graph(Graph(tasks, None), ConstantFit(1e-3), table_from_samples([], BANDWIDTH),
+                         on_device=True)
+    assert pred.sim.device_active_s == pytest.approx(2e-3)
+    assert pred.predicted_s >= 2e-3
+    host = predict_graph(Graph(tasks, None), ConstantFit(1e-3), table_from_samples([], BANDWIDTH))
+    assert host.sim.device_active_s == 0
 
 
 def test_host_waits_for_the_device_are_not_host_overhead(tmp_path):
@@ -365,3 +461,32 @@ def test_the_profilers_cost_per_launch_is_taken_out_of_launch_samples(tmp_path,
     assert trace.profiler_launch_overhead_s == (launch_overhead_s or 0.0)
     samples = samples_from_graph("t", build_graph(trace), BANDWIDTH)
     assert samples.gaps["T4"] == [pytest.approx(t4_s)]
+
+
+def test_retrace_rebuilds_a_case_and_its_overheads_from_its_raw_traces(tmp_path):
+    """``perfmodel replay --retrace``: a case whose stored graph predates a parser
+    fix is rebuilt from the raw traces kept beside it; its measurement stays."""
+    import shutil
+
+    from perfmodel.replay.case import ReplayCase, load_case, measured_timing, save_case
+    from perfmodel.replay.retrace import retrace_device
+    from perfmodel.store import paths
+
+    trace = _cuda_trace(tmp_path, launch=("cuda_driver", "cuLaunchKernel"))
+    assert trace.nodes[4].kernels
+    device = tmp_path / "results" / "cuda-test"
+    et, kineto, _ = paths.trace_files(paths.traces_dir(device), "w")
+    et.parent.mkdir(parents=True)
+    shutil.copy(tmp_path / "t.et.json", et)
+    shutil.copy(tmp_path / "t.kineto.json", kineto)
+    case = ReplayCase("w", "cuda-test", True, BANDWIDTH, None, [Graph([], 1e-3)],
+                      measured_timing(1e-3, 1e-5, 3, 2))
+    save_case(paths.replay_file(device, "w"), case)
+    paths.replay_file(device, "lone").write_bytes(paths.replay_file(device, "w").read_bytes())
+    done = dict(retrace_device(device))
+    assert done["w"].startswith("rebuilt: 0 -> ") and "no raw trace" in done["lone"]
+    again = load_case(paths.replay_file(device, "w"))
+    linear = next(t for t in again.graphs[0].tasks if t.op == "linear")
+    assert [k.stream for k in linear.kernels] == [7]
+    assert again.measured == case.measured
+    assert load_samples(paths.overhead_file(device, "w")).workload == "w"

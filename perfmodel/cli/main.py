@@ -300,6 +300,14 @@ def _replay(args: argparse.Namespace) -> int:
             raise ValueError(f"no replay cases for {args.device} under {root}; devices with "
                              f"cases: {', '.join(replay_devices(root)) or 'none'} (the e2e "
                              f"items save them: pytest suites/test_e2e.py -m e2e)")
+        if args.retrace:
+            from perfmodel.replay.retrace import retrace_device
+            from perfmodel.store.paths import device_dir
+
+            for workload, done in retrace_device(device_dir(root, args.device)):
+                print(f"{workload}: {done}", file=sys.stderr)
+    elif args.retrace:
+        raise ValueError("--retrace needs --device KEY (it rewrites that device's cases)")
     else:
         keys = replay_devices(root)
         if not keys:
@@ -336,6 +344,10 @@ def _add_replay_command(sub) -> None:
                         help="per op family and for the worst ops: predicted against traced "
                              "time and the contribution to the E2E error")
     replay.add_argument("--json", action="store_true", help="machine-readable output")
+    replay.add_argument("--retrace", action="store_true",
+                        help="first rebuild each single-rank case (and its overhead samples) "
+                             "from its raw traces under RESULTS/<key>/traces/, with today's "
+                             "trace parser; needs --device")
     replay.set_defaults(func=_replay)
 
 

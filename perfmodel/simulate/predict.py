@@ -130,6 +130,7 @@ def sim_tasks(graph: Graph, fit, table: OverheadTable, on_device: bool,
     bias = bias or {}
     predicted, missing = op_predictions(graph.tasks, fit)
     host_factor = bias.get("overhead", 1.0)
+    main_stream = _main_stream(graph) if on_device else None
     out = []
     for task, value in zip(graph.tasks, predicted):
         if value is not None:
@@ -148,8 +149,8 @@ def sim_tasks(graph: Graph, fit, table: OverheadTable, on_device: bool,
                                region=task.region, collective=True, cpu_s=price.cpu_s,
                                loaded_s=price.loaded_s))
         elif task.kind == "op" and value is not None:
-            if on_device and task.kernels:
-                out.append(_device_task(task, value, table))
+            if on_device and (task.kernels or main_stream is not None):
+                out.append(_device_task(task, value, table, main_stream))
             else:
                 if host_op_s is not None:
                     value = host_op_s(task, value)
@@ -164,15 +165,32 @@ def sim_tasks(graph: Graph, fit, table: OverheadTable, on_device: bool,
     return out, missing
 
 
-def _device_task(task: Task, device_s: float, table: OverheadTable) -> SimTask:
-    kernels = task.kernels
-    measured = sum(k.dur_s for k in kernels)
-    shares = [k.dur_s / measured if measured > 0 else 1 / len(kernels) for k in kernels]
+def _main_stream(graph: Graph) -> int | None:
+    """The stream most of ``graph``'s traced kernel time ran on (None without kernels)."""
+    busy: dict[int, float] = {}
+    for task in graph.tasks:
+        for k in task.kernels:
+            busy[k.stream] = busy.get(k.stream, 0.0) + k.dur_s
+    return max(busy, key=busy.get) if busy else None
+
+
+def _device_task(task: Task, device_s: float, table: OverheadTable,
+                 main_stream: int | None = None) -> SimTask:
+    """An op on the device: its predicted time spread over its traced kernels
+    in their shares of traced time; an op whose kernels the trace did not tie
+    to it runs as one kernel on ``main_stream`` (a priced op on a device runs
+    there, not on the host)."""
+    if task.kernels:
+        kernels = [(k.stream, k.dur_s) for k in task.kernels]
+    else:
+        kernels = [(main_stream, 1.0)]
+    measured = sum(d for _, d in kernels)
+    shares = [d / measured if measured > 0 else 1 / len(kernels) for _, d in kernels]
     n = len(kernels)
     host = table.gap("T2.launch") + n * table.gap("T4") + (n - 1) * table.gap("T5") \
         + table.gap("T3.launch")
     return SimTask(f"{task.op}.{task.direction}", task.family, host,
-                   kernels=[(k.stream, device_s * s) for k, s in zip(kernels, shares)],
+                   kernels=[(stream, device_s * s) for (stream, _), s in zip(kernels, shares)],
                    inputs=task.inputs, outputs=task.outputs, sync=task.sync, region=task.region)
 
 

@@ -219,7 +219,8 @@ class _Planner:
         self.matches: dict[int, tuple | None] = {}
         self.tasks: list[Task] = []
         self.seq_owner: dict[int, int] = {}  # seq_id -> index of the forward op task
-        self.backward_done: set[int] = set()  # forward task indices with a backward task
+        #: forward task index -> index of its backward op task (the first node of its backward)
+        self.backward_task: dict[int, int] = {}
 
     def plan_children(self, parent: TraceNode, children: list[TraceNode], backward: bool,
                       region: str | None) -> None:
@@ -296,10 +297,18 @@ class _Planner:
                 return False
             op, params = OPS[via[0]], via[1]
         params = op.backward_params(params, node)
-        kind = "covered" if owner in self.backward_done else "op"
-        self.backward_done.add(owner)
-        self.tasks.append(self._task(node, kind, op.family, fwd.region, op=op.name,
-                                     direction="backward", dtype=fwd.dtype, params=params))
+        task = self._task(node, "op", op.family, fwd.region, op=op.name,
+                          direction="backward", dtype=fwd.dtype, params=params)
+        first = self.backward_task.get(owner)
+        if first is not None:
+            # a later node of the same backward: its kernels are part of the op's
+            # backward, which the first node's task prices (and launches)
+            task.kind = "covered"
+            self.tasks[first].kernels.extend(task.kernels)
+            task.kernels = []
+        else:
+            self.backward_task[owner] = len(self.tasks)
+        self.tasks.append(task)
         return True
 
     def match(self, node: TraceNode):

@@ -253,6 +253,9 @@ def _split_generic_list(typ: str) -> list[str]:
 
 #: The calibration file's key for :func:`profiler_overhead_per_launch` (CUDA only).
 LAUNCH_CALIBRATION = "profiler_overhead_s_per_launch"
+#: Kineto categories of the host calls that launch device work: CUDA runtime
+#: calls, and CUDA driver calls (``cuLaunchKernel``, which cuBLAS uses).
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
 
 
 @dataclass(frozen=True)
@@ -660,14 +663,15 @@ def _align(iteration: TraceNode, mark: dict, cpu: list[dict]) -> list[tuple[dict
 
 def _attach_kernels(path: Path, spans: list[dict], cpu_spans: list[tuple[dict, TraceNode]],
                     origin: float) -> None:
-    """CUDA path: each kernel is tied to its runtime launch by ``correlation``;
-    the launch is tied to the innermost CPU op on the same thread that encloses
-    it in time. :class:`TraceError` naming ``path`` for a kernel whose stream
+    """CUDA path: each kernel is tied to its launch by ``correlation``; the
+    launch (a runtime call such as ``cudaLaunchKernel``, or a driver call such
+    as ``cuLaunchKernel``, through which cuBLAS launches its GEMMs) is tied to
+    the innermost CPU op on the same thread that encloses it in time. :class:`TraceError` naming ``path`` for a kernel whose stream
     is not an integer."""
     launches = {}
     for e in spans:
         args = e.get("args") if isinstance(e.get("args"), dict) else {}
-        if e.get("cat") == "cuda_runtime" and "correlation" in args:
+        if e.get("cat") in LAUNCH_CATEGORIES and "correlation" in args:
             launches[args["correlation"]] = e
     if not launches:
         return
