@@ -174,6 +174,8 @@ def run_campaign(out: Path, repo: Path, results: Path, *, dry_run: bool = False,
              + (" (stopped at its deadline)" if result.stopped_at_deadline else ""))
         if part.name == "check":
             log.device_key = _device_key(logs / "check.log")
+            if log.device_key is not None:
+                _store_spec(logs / "check.log", results)
             if log.device_key is None:
                 echo("[campaign] the device check found no device: nothing else runs")
                 break
@@ -276,6 +278,26 @@ def _device_key(check_log: Path) -> str | None:
             if isinstance(key, str):
                 return key
     return None
+
+
+def _store_spec(check_log: Path, results: Path) -> None:
+    """Store a GPU's spec, as the check part printed it, as its ``device.json``
+    (when none is stored), so that ``perfmodel refit`` can refit the device's runs
+    on another machine; a CPU's probe stores its own."""
+    from perfmodel.device.spec import DeviceSpec
+
+    for line in check_log.read_text(encoding="utf-8", errors="replace").splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            spec = DeviceSpec.from_dict(json.loads(line))
+        except (ValueError, TypeError, KeyError):
+            continue
+        path = paths.spec_file(paths.device_dir(results, spec.key))
+        if spec.kind != "cpu" and not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(spec.to_dict(), indent=2, sort_keys=True) + "\n")
+        return
 
 
 def _newest_key(results: Path, since: float) -> str | None:

@@ -205,3 +205,21 @@ def test_dry_run_of_the_real_command_measures_packs_and_unpacks(tmp_path):
     assert summary["format"] == "perfmodel.campaign"
     assert [p["name"] for p in summary["parts"]] == ["sweep"]
     assert summary["parts"][0]["returncode"] == 0
+
+
+def test_the_check_stores_a_gpu_spec_for_offline_refits(tmp_path):
+    """The spec a GPU's check printed becomes its device.json (none is measured
+    there), so `perfmodel refit --device KEY` works on another machine; a stored
+    one is left alone."""
+    from tests.helpers import planted_cpu_dict
+
+    spec = {**planted_cpu_dict("cuda-test-gpu"), "kind": "cuda", "index": 0, "threads": None}
+    log = tmp_path / "check.log"
+    log.write_text("noise\n" + json.dumps(spec) + "\n5 passed\n")
+    campaign._store_spec(log, tmp_path / "results")
+    stored = json.loads(paths.spec_file(paths.device_dir(tmp_path / "results", KEY)).read_text())
+    assert stored["key"] == KEY and stored["kind"] == "cuda"
+    log.write_text(json.dumps({**spec, "name": "other"}) + "\n")
+    campaign._store_spec(log, tmp_path / "results")
+    stored = json.loads(paths.spec_file(paths.device_dir(tmp_path / "results", KEY)).read_text())
+    assert stored["name"] == spec["name"]

@@ -434,3 +434,34 @@ def test_a_worker_gates_hand_their_verdicts_to_the_controller(corpus):
     gate = ReplayGate(root)
     for device, workload in replay_items(root):
         assert gate.check(device, workload).status == "ok"
+
+
+#: The committed GPU corpus the next test gates (a campaign's full-size captures).
+GPU_CORPUS = "cuda-h200-141gb"
+
+
+def test_the_committed_gpu_corpus_fails_a_planted_linear_bias(pytester, monkeypatch):
+    """The committed H200 corpus, gated through pytest on a CPU: unchanged code
+    passes; a 2% bias planted in ``linear`` fails every workload it moves."""
+    import shutil
+
+    forbid_cuda(monkeypatch, "the replay gate")
+    committed = paths.device_dir(paths.default_root(REPO), GPU_CORPUS)
+    if not paths.replay_baseline_file(committed).is_file():
+        pytest.skip(f"no replay baseline committed for {GPU_CORPUS}")
+    root = pytester.path / "results"
+    device = paths.device_dir(root, GPU_CORPUS)
+    for part in (paths.replay_dir(committed), paths.overheads_dir(committed)):
+        shutil.copytree(part, device / part.name)
+    shutil.copy(paths.replay_baseline_file(committed), paths.replay_baseline_file(device))
+    newest = paths.fit_dirs(committed)[-1]  # the fit replay picks
+    shutil.copytree(newest, paths.predictors_dir(device) / newest.name)
+    _suite(pytester)
+    cases = len(paths.replay_files(device))
+    out = run_plugin(pytester, root, "-m", "replay")
+    assert out.ret == 0, out.stdout.str()
+    out.assert_outcomes(passed=cases)
+    out = run_plugin(pytester, root, "-m", "replay", "--perfmodel-plant-bias", "linear=1.02")
+    assert out.ret == pytest.ExitCode.TESTS_FAILED, out.stdout.str()
+    failed = {f.split()[1].split("/")[1].rstrip(":") for f in _fails(out) if "replayed" in f}
+    assert {"hf_gpt2", "transformer_encoder", "transformer_decoder", "mlp_small"} <= failed, failed
