@@ -588,3 +588,29 @@ def test_the_gmae_summary_is_one_line():
     assert line.startswith("per-op GMAE over 1 predictors (0 skipped): median ")
     assert "worst" in line and "(linear.forward)" in line and "\n" not in line
     assert gmae_summary(FitReport()) == "per-op GMAE: no predictors (0 skipped)"
+
+
+def test_a_fit_from_before_the_convs_bias_param_loads_and_prices_both():
+    """``BIAS`` is one of the convs' ``added_params``: the committed fits, saved
+    before it existed, load with their conv predictors reading rows without
+    its column (not stale), and price configs with and without a bias."""
+    from perfmodel.fit.fitting import load_latest_fit
+    from perfmodel.ops import get_op
+    from perfmodel.store import paths
+    from perfmodel.store.results import ResultStore
+    from tests.helpers import REPO
+
+    root = paths.default_root(REPO)
+    fit, problems = load_latest_fit(ResultStore(root, "cuda-h200-141gb"))
+    if fit is None or ("conv2d", "forward") not in fit.predictors:
+        pytest.skip(f"no committed H200 fit with a conv2d predictor ({problems})")
+    predictor = fit.predictors[("conv2d", "forward")]
+    assert not fit.stale and predictor.without == ("BIAS",)
+    layer = dict(N=64, C=64, H=56, W=56, K=256, R=1, STRIDE=1, PAD=0, DIL=1, GROUPS=1,
+                 GRAD_INPUT=1)
+    with_bias, without = predictor.predict("float32", [dict(layer, BIAS=1), dict(layer, BIAS=0)])
+    assert 0 < without <= with_bias < 1
+    fitted = getattr(predictor.estimator, "n_features_in_", None)
+    if fitted is not None:
+        assert len(predictor.feature_matrix([("float32", layer)])[0]) == fitted
+    assert get_op("conv2d").added_params == ("BIAS",)

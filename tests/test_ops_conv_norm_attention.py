@@ -157,7 +157,8 @@ def test_conv_trace_shapes_map_back_to_the_shape_params(name, bias, data):
     g = data.draw(st.integers(1, 64), label="GROUPS")
     p = {"N": data.draw(dims, label="N"), "C": g * data.draw(st.integers(1, 64), label="C/G"),
          "K": g * data.draw(st.integers(1, 64), label="K/G"), "R": data.draw(st.integers(1, 11)),
-         "GROUPS": g, "GRAD_INPUT": 1}  # a forward node: its input's gradient is assumed
+         "GROUPS": g, "GRAD_INPUT": 1,  # a forward node: its input's gradient is assumed
+         "BIAS": int(bias)}  # a bias of K, or none (an empty shape)
     p.update({s: data.draw(dims, label=s) for s in SPATIAL[name]})
     x = [p["N"], p["C"], *(p[s] for s in SPATIAL[name])]
     w = [p["K"], p["C"] // g, *(p["R"] for _ in SPATIAL[name])]
@@ -165,6 +166,26 @@ def test_conv_trace_shapes_map_back_to_the_shape_params(name, bias, data):
     assert op.params_from_shapes(shapes) == p
     # the result plus the scalar args is a full config
     assert set(p) | {"STRIDE", "PAD", "DIL"} == set(op.params)
+
+
+def test_a_conv_without_bias_runs_and_counts_no_bias_work():
+    """``BIAS=0``: the runner passes no bias (its backward returns no bias
+    gradient), and FLOPs and bytes drop the bias terms; a record from before
+    ``BIAS`` existed had one."""
+    op = get_op("conv2d")
+    p = dict(N=2, C=4, H=8, W=8, K=6, R=3, STRIDE=1, PAD=1, DIL=1, GROUPS=1, GRAD_INPUT=1)
+    with_bias, without = dict(p, BIAS=1), dict(p, BIAS=0)
+    assert len(op.make_runner(with_bias, "float32", "backward", "cpu")()) == 3
+    assert len(op.make_runner(without, "float32", "backward", "cpu")()) == 2
+    out = 2 * 6 * 8 * 8
+    for direction in ("forward", "backward"):
+        assert op.flops(with_bias, direction) - op.flops(without, direction) == out
+        assert op.bytes_moved(with_bias, "float32", direction) - \
+            op.bytes_moved(without, "float32", direction) == 4 * 6
+    assert op.complete_config(p)["BIAS"] == 1
+    gpu = op.configs("gpu", workloads=False)
+    assert {c["BIAS"] for c in gpu} == {0, 1}
+    assert all(c["BIAS"] == 1 for c in op.configs("quick"))
 
 
 def test_conv_trace_shapes_that_are_not_this_op_give_none():

@@ -81,12 +81,13 @@ class Sample:
 
 
 def features(kind: str, op: OpDef, direction: str, dtype: str,
-             params: Mapping[str, int]) -> list[float]:
+             params: Mapping[str, int], without: tuple[str, ...] = ()) -> list[float]:
     """Feature row of one config for predictor ``kind``.
 
     ``roofline``: FLOPs in the column of ``dtype`` (FLOP), then bytes moved (B).
-    ``shape``: the op's shape parameters, its extra features, FLOPs, bytes and
-    bytes per element.
+    ``shape``: the op's shape parameters (less those in ``without``: params
+    added to the op after a fit, :attr:`OpDef.added_params`), its extra
+    features, FLOPs, bytes and bytes per element.
     ``efficiency``: the roofline columns followed by the shape columns.
     """
     params = op.complete_config(params)
@@ -95,12 +96,12 @@ def features(kind: str, op: OpDef, direction: str, dtype: str,
     if kind == "roofline":
         return [flops if dtype == d else 0.0 for d in COMPUTE_DTYPES] + [moved]
     if kind == "shape":
-        return [float(params[p]) for p in op.params] + \
+        return [float(params[p]) for p in op.params if p not in without] + \
             op.extra_features(params, dtype, direction) + \
             [flops, moved, float(DTYPE_BYTES[dtype])]
     if kind == "efficiency":
         return features("roofline", op, direction, dtype, params) + \
-            features("shape", op, direction, dtype, params)
+            features("shape", op, direction, dtype, params, without)
     if kind == "embedding_analytic":
         return [float(params[p]) for p in ("B", "E", "T", "L", "D")]
     if kind in COMM_KINDS:
@@ -148,11 +149,14 @@ class OpPredictor:
     direction: str
     kind: str
     estimator: object
+    #: params the op gained after this predictor was fitted (its feature rows
+    #: leave them out: it prices every config as at their defaults)
+    without: tuple[str, ...] = ()
 
     def feature_matrix(self, rows: Iterable[tuple[str, Mapping[str, int]]]) -> np.ndarray:
         """Feature rows of (dtype, params) pairs for this predictor's kind."""
         op = get_op(self.op)
-        return np.array([features(self.kind, op, self.direction, dtype, params)
+        return np.array([features(self.kind, op, self.direction, dtype, params, self.without)
                          for dtype, params in rows], dtype=float)
 
     def predict(self, dtype: str, params_list: Sequence[Mapping[str, int]]) -> np.ndarray:
@@ -561,14 +565,15 @@ def load_fit(folder: Path) -> FitReport:
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{index_path}: bad entry {entry!r} ({exc})") from None
         estimator = load_predictor(member)
-        stale = (_stale_features(kind, *key, estimator)
+        without = _predates(kind, *key, estimator)
+        stale = ((None if without is not None else _stale_features(kind, *key, estimator))
                  or _stale_candidates(key, entry.get("candidate_kinds")))
         if stale:
             report.skipped[key] = stale
             report.stale += (key,)
             del report.accuracy[key]
             continue
-        report.predictors[key] = OpPredictor(*key, kind, estimator)
+        report.predictors[key] = OpPredictor(*key, kind, estimator, without or ())
     return report
 
 
@@ -587,6 +592,21 @@ def compress_fit(folder: Path) -> tuple[int, int]:
         old, new = compress_predictor_files(stem)
         before, after = before + old, after + new
     return before, after
+
+
+def _predates(kind: str, op_name: str, direction: str, estimator) -> tuple[str, ...] | None:
+    """The op's :attr:`~perfmodel.ops.base.OpDef.added_params` when ``estimator``
+    was fitted before them (its rows are exactly as long as the features without
+    them); ``()`` when it was fitted with them; None when neither (stale)."""
+    op = get_op(op_name)
+    sample = op.configs("smoke")[0]
+    fitted = getattr(estimator, "n_features_in_", None)
+    if fitted is None or fitted == len(features(kind, op, direction, op.dtypes[0], sample)):
+        return ()
+    added = tuple(op.added_params)
+    if added and fitted == len(features(kind, op, direction, op.dtypes[0], sample, added)):
+        return added
+    return None
 
 
 def _stale_features(kind: str, op_name: str, direction: str, estimator) -> str | None:

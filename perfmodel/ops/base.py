@@ -74,6 +74,11 @@ class OpDef:
     directions: tuple[str, ...] = ("forward",)
     dtypes: tuple[str, ...] = ("float32",)
     trace_names: tuple[str, ...] = ()
+    #: Params added to the op after fits were saved, each with a default in
+    #: ``param_defaults``: a fit that predates them still loads and prices every
+    #: config as at their defaults (its feature rows leave them out), until the
+    #: next sweep measures them and refits.
+    added_params: tuple[str, ...] = ()
     #: Names of :meth:`extra_features`, appended to the shape features.
     extra_feature_names: tuple[str, ...] = ()
     #: Params along which FLOPs and bytes never shrink (all of them unless a

@@ -3,8 +3,14 @@
 Config params: ``N`` batch, ``C`` input channels, spatial size (``H``, ``W``
 or ``L``), ``K`` output channels, ``R`` kernel size (square for 2-D),
 ``STRIDE``, ``PAD``, ``DIL`` (dilation), ``GROUPS`` (``GROUPS == C == K``
-is a depthwise conv) and ``GRAD_INPUT`` (0 when the backward computes no
-input gradient, as a network's first layer does; the forward ignores it).
+is a depthwise conv), ``GRAD_INPUT`` (0 when the backward computes no
+input gradient, as a network's first layer does; the forward ignores it) and
+``BIAS`` (1 with a bias, 0 without: CNN layers followed by a norm have none, and
+on a GPU a bias can change the kernel a library picks: a 1x1 conv of 64 to 256
+channels at 56x56, batch 64, took about 3x as long with one; see
+docs/journal/2026-11-27-gpu-campaign-h200.md). ``BIAS`` came after fits were
+saved (:attr:`~perfmodel.ops.base.OpDef.added_params`): those fits price every
+conv as with a bias.
 Generated configs always have ``C`` and ``K`` divisible by ``GROUPS`` and an
 output size of at least 1.
 """
@@ -61,6 +67,13 @@ def pow2_alignment(value: int, cap: int = 32) -> int:
     return alignment
 
 
+def _bias(profile: str, n: int) -> int:
+    """``BIAS`` of the ``n``-th accepted config: every other one has none in the
+    ``gpu`` profile; the others keep the bias their configs always had (drawn
+    without touching the random stream, so their shapes stay as they were)."""
+    return n % 2 if profile == "gpu" else 1
+
+
 def _valid(cfg: Mapping[str, int], spatial: tuple[str, ...]) -> bool:
     g = cfg["GROUPS"]
     if cfg["C"] % g or cfg["K"] % g:
@@ -71,8 +84,10 @@ def _valid(cfg: Mapping[str, int], spatial: tuple[str, ...]) -> bool:
 class _Conv(OpDef):
     family = "conv"
     directions = ("forward", "backward")
-    #: measured before GRAD_INPUT existed: the input always needed a gradient
-    param_defaults = {"GRAD_INPUT": 1}
+    #: measured before GRAD_INPUT and BIAS existed: the input always needed a
+    #: gradient, and every conv had a bias
+    param_defaults = {"GRAD_INPUT": 1, "BIAS": 1}
+    added_params = ("BIAS",)
     dtypes = ("float32", "bfloat16")
     #: Spatial param names, e.g. ``("H", "W")``.
     spatial: tuple[str, ...] = ()
@@ -87,7 +102,8 @@ class _Conv(OpDef):
         configs = sample_configs(
             f"{self.name}-{profile}", self.params, count,
             lambda rng, n: {**self._draw(rng, profile, _KINDS[n % len(_KINDS)]),
-                            "GRAD_INPUT": int(rng.random() >= 1 / GRAD_INPUT_EVERY)},
+                            "GRAD_INPUT": int(rng.random() >= 1 / GRAD_INPUT_EVERY),
+                            "BIAS": _bias(profile, n)},
             lambda c: _valid(c, self.spatial) and self.flops(c, "forward") <= _MAX_FLOPS[profile]
             and _MIN_INPUT_ELEMENTS[profile] <= self._sizes(c)[0] <= _MAX_INPUT_ELEMENTS[profile])
         return sorted(configs, key=lambda c: self.flops(c, "forward"))
@@ -151,14 +167,14 @@ class _Conv(OpDef):
                         requires_grad=grad and p["GRAD_INPUT"] == 1, **t)
         w = torch.randn(p["K"], p["C"] // p["GROUPS"], *(p["R"] for _ in self.spatial),
                         requires_grad=grad, **t)
-        b = torch.randn(p["K"], requires_grad=grad, **t)
+        b = torch.randn(p["K"], requires_grad=grad, **t) if p.get("BIAS", 1) else None
         conv = torch.nn.functional.conv2d if len(self.spatial) == 2 else torch.nn.functional.conv1d
         kw = dict(stride=p["STRIDE"], padding=p["PAD"], dilation=p["DIL"], groups=p["GROUPS"])
         if not grad:
             return lambda: conv(x, w, b, **kw)
         out = conv(x, w, b, **kw)
         grad_out = torch.randn_like(out)
-        wrt = (x, w, b) if x.requires_grad else (w, b)
+        wrt = tuple(v for v in (x, w, b) if v is not None and v.requires_grad)
         return lambda: torch.autograd.grad(out, wrt, grad_out, retain_graph=True)
 
     # -- analytic work -----------------------------------------------------
@@ -181,21 +197,21 @@ class _Conv(OpDef):
         """FLOP of one call: 2 per multiply-accumulate (forward: the conv;
         backward: grad_weight and, with ``GRAD_INPUT``, grad_input, each as
         large as the forward),
-        1 per output element for the bias (its sum in backward), and 1 per
+        1 per output element for the bias (its sum in backward) when ``BIAS``, and 1 per
         input element for reading/laying out the input. The last is tiny for
         real convs but keeps the count strictly growing in the spatial size
         when a large stride pins the output size."""
         inp, _, out, macs = self._sizes(params)
         convs = 1 if direction == "forward" else 1 + params["GRAD_INPUT"]
-        return 2.0 * convs * macs + out + inp
+        return 2.0 * convs * macs + out * params.get("BIAS", 1) + inp
 
     def bytes_moved(self, params, dtype, direction):
         """Bytes of one call, each tensor touched once. Forward reads input,
-        weight and bias and writes the output; backward reads grad_output,
-        input and weight and writes grad_input (with ``GRAD_INPUT``),
-        grad_weight and grad_bias."""
+        weight and bias (with ``BIAS``) and writes the output; backward reads
+        grad_output, input and weight and writes grad_input (with ``GRAD_INPUT``),
+        grad_weight and grad_bias (with ``BIAS``)."""
         inp, weight, out, _ = self._sizes(params)
-        k = params["K"]
+        k = params["K"] * params.get("BIAS", 1)
         if direction == "forward":
             elements = inp + weight + k + out
         else:
@@ -205,7 +221,9 @@ class _Conv(OpDef):
     # -- trace mapping -----------------------------------------------------
     def params_from_shapes(self, input_shapes):
         """Params the shapes ``[input, weight, bias?, ...]`` determine: ``N``,
-        ``C``, spatial sizes, ``K``, ``R`` and ``GROUPS`` (``C / weight[1]``).
+        ``C``, spatial sizes, ``K``, ``R``, ``GROUPS`` (``C / weight[1]``) and
+        ``BIAS`` (whether the third input is a bias of ``K``; a missing bias
+        shows as an empty shape).
 
         ``STRIDE``, ``PAD`` and ``DIL`` are scalar arguments, absent from
         shapes, so they are *not* in the result: the caller must add them from
@@ -229,7 +247,9 @@ class _Conv(OpDef):
             return None
         if len(input_shapes) > 2 and list(input_shapes[2]) not in ([], [k]):
             return None
-        out = {"N": n, "C": c, "K": k, "R": kernel[0], "GROUPS": groups, "GRAD_INPUT": 1}
+        bias = int(len(input_shapes) > 2 and list(input_shapes[2]) == [k])
+        out = {"N": n, "C": c, "K": k, "R": kernel[0], "GROUPS": groups, "GRAD_INPUT": 1,
+               "BIAS": bias}
         out.update(zip(self.spatial, x[2:]))
         return out
 
@@ -267,7 +287,8 @@ class Conv2d(_Conv):
     """``torch.nn.functional.conv2d`` on an N×C×H×W input with a K×(C/GROUPS)×R×R weight."""
 
     name = "conv2d"
-    params = ("N", "C", "H", "W", "K", "R", "STRIDE", "PAD", "DIL", "GROUPS", "GRAD_INPUT")
+    params = ("N", "C", "H", "W", "K", "R", "STRIDE", "PAD", "DIL", "GROUPS", "GRAD_INPUT",
+              "BIAS")
     #: R is not monotone: with a fixed PAD a larger kernel shrinks the output.
     monotone_params = ("N", "C", "H", "W", "K")
     spatial = ("H", "W")
@@ -281,7 +302,7 @@ class Conv1d(_Conv):
     """``torch.nn.functional.conv1d`` on an N×C×L input with a K×(C/GROUPS)×R weight."""
 
     name = "conv1d"
-    params = ("N", "C", "L", "K", "R", "STRIDE", "PAD", "DIL", "GROUPS", "GRAD_INPUT")
+    params = ("N", "C", "L", "K", "R", "STRIDE", "PAD", "DIL", "GROUPS", "GRAD_INPUT", "BIAS")
     #: R is not monotone: with a fixed PAD a larger kernel shrinks the output.
     monotone_params = ("N", "C", "L", "K")
     spatial = ("L",)
