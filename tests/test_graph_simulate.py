@@ -199,7 +199,9 @@ def test_match_reads_conv_scalars_and_sdpa_causality():
     op, params, dtype = match_node(conv)
     assert op.name == "conv2d" and dtype == "float32"
     assert params == {"N": 2, "C": 8, "H": 16, "W": 16, "K": 4, "R": 3, "STRIDE": 2, "PAD": 1,
-                      "DIL": 1, "GROUPS": 1, "GRAD_INPUT": 1}
+                      "DIL": 1, "GROUPS": 1, "GRAD_INPUT": 1, "BIAS": 1}
+    conv.inputs["shapes"][2] = []  # bias=False: an empty third input
+    assert match_node(conv)[1]["BIAS"] == 0
     sdpa = TraceNode(2, "aten::scaled_dot_product_attention", 0, {
         "types": ["Tensor(c10::BFloat16)"] * 3 + ["None", "Double", "Bool", "None", "Bool"],
         "shapes": [[2, 4, 16, 8]] * 3 + [[], [], [], [], []],
