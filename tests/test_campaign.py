@@ -180,6 +180,22 @@ def test_campaign_refuses_a_folder_with_other_files_and_unknown_parts(tmp_path):
         campaign.run_campaign(tmp_path / "o", REPO, tmp_path / "results", parts=["warmup"])
 
 
+def test_a_dry_run_without_results_leaves_the_repositorys_results_alone(tmp_path):
+    """``--dry-run`` with no ``--results`` writes its smoke runs to a new temporary
+    folder, never into results/ (where they would join this machine's fit)."""
+    root = paths.default_root(REPO)
+    before = sorted(p.name for p in root.iterdir())
+    start = time.time()
+    proc = subprocess.run(
+        [sys.executable, "-m", "perfmodel.cli.main", "campaign", str(tmp_path / "out"),
+         "--dry-run", "--parts", "sweep", "-k", "relu and forward and smoke_nothing_matches"],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("[campaign] dry run: "))
+    assert "perfmodel-dry-run-" in line
+    assert sorted(p.name for p in root.iterdir()) == before
+    assert not [p for p in root.rglob("*") if p.is_file() and p.stat().st_mtime >= start]
+
+
 def test_dry_run_of_the_real_command_measures_packs_and_unpacks(tmp_path):
     """``perfmodel campaign --dry-run``: one op's smoke configs measured on the CPU
     in a child pytest, packed within the limits, and unpacked again."""

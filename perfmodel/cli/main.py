@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 
@@ -485,7 +486,14 @@ def _campaign(args: argparse.Namespace) -> int:
     from perfmodel.campaign import run_campaign
 
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
-    log = run_campaign(Path(args.out), Path(args.repo), Path(args.results).resolve(),
+    results = args.results
+    if results is None:  # a dry run leaves this machine's own results alone
+        from perfmodel.store.paths import DEFAULT_ROOT
+
+        results = tempfile.mkdtemp(prefix="perfmodel-dry-run-") if args.dry_run else DEFAULT_ROOT
+        if args.dry_run:
+            print(f"[campaign] dry run: results under {results}")
+    log = run_campaign(Path(args.out), Path(args.repo), Path(results).resolve(),
                        dry_run=args.dry_run, parts=parts, budget_s=args.budget_s,
                        e2e_reserve_s=args.e2e_reserve_s, workloads=args.workload or (),
                        select=args.k)
@@ -520,7 +528,9 @@ def _add_campaign_commands(sub) -> None:
                     "most 16 MiB. Run it from the repository root (it runs suites/ and "
                     "tests/); docs/gpu.md has the whole procedure.")
     campaign.add_argument("out", help="empty folder to pack into")
-    _results(campaign)
+    campaign.add_argument("--results", default=None,
+                          help="results root (default: results; with --dry-run a new "
+                               "temporary folder, so this machine's results stay as they are)")
     campaign.add_argument("--dry-run", action="store_true",
                           help="run the same parts on the CPU at the smoke profile (to time "
                                "them and check the packing)")
