@@ -492,3 +492,28 @@ def test_retrace_rebuilds_a_case_and_its_overheads_from_its_raw_traces(tmp_path)
     assert [k.stream for k in linear.kernels] == [7]
     assert again.measured == case.measured
     assert load_samples(paths.overhead_file(device, "w")).workload == "w"
+
+
+def test_back_to_back_iterations_overlap_the_hosts_lead_with_the_devices_tail():
+    """A host-led iteration (1 ms on the host, then a 1 ms kernel): from idle
+    streams it takes 2 ms; four back to back take 5 ms, 1.25 ms each, as a
+    measured block of four does. Host-only work does not change."""
+    from perfmodel.simulate.predict import back_to_back_s
+
+    tasks = [SimTask("host", "a", 1e-3), SimTask("op", "b", 0.0, kernels=[(0, 1e-3)])]
+    assert simulate(tasks).total_s == pytest.approx(2e-3)
+    assert back_to_back_s(tasks, 1) == pytest.approx(2e-3)
+    assert back_to_back_s(tasks, 4) == pytest.approx(1.25e-3)
+    host_only = [SimTask("host", "a", 1e-3), SimTask("host", "c", 2e-3)]
+    assert back_to_back_s(host_only, 5) == pytest.approx(3e-3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_task, min_size=1, max_size=30), st.integers(1, 6))
+def test_back_to_back_is_between_a_kth_and_all_of_one_iteration(tasks, k):
+    from perfmodel.simulate.predict import back_to_back_s
+
+    one = simulate(tasks, keep_timeline=False).total_s
+    per = back_to_back_s(tasks, k)
+    assert one / k - 1e-12 <= per <= one + 1e-12
+    assert per >= sum(t.host_s for t in tasks) - 1e-12  # the host never overlaps itself

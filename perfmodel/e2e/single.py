@@ -122,10 +122,11 @@ def predict_and_measure(name: str, step: Callable[[], object], items: int, graph
     ``measure`` is False: measured is then NaN). ``bias`` plants a prediction
     error (see :func:`perfmodel.simulate.predict.parse_bias`)."""
     on_device = device.startswith("cuda")
-    shared = predict_graph(graph, fit, table, on_device, bias=bias)
+    number = MEASURE[profile][2]  # iterations per measured block, back to back
+    shared = predict_graph(graph, fit, table, on_device, bias=bias, iterations=number)
     own = predict_graph(graph, fit, table_from_samples(
         [samples_from_graph(name, graph, bandwidth_B_per_s)], bandwidth_B_per_s), on_device,
-        keep_timeline=False, bias=bias)
+        keep_timeline=False, bias=bias, iterations=number)
     if measure:
         measured = measure_profile(step, items, device, profile)
     else:

@@ -211,11 +211,12 @@ def _simulate(case: ReplayCase, fit, table, bias: dict[str, float] | None = None
               ) -> tuple[float, list[list]]:
     """The predicted iteration (s) and each rank's SimTask list."""
     if case.ranks is None and len(case.graphs) == 1:
-        from perfmodel.simulate.predict import sim_tasks
-        from perfmodel.simulate.walk import simulate
+        from perfmodel.simulate.predict import back_to_back_s, sim_tasks
 
         tasks, _ = sim_tasks(case.graphs[0], fit, table, case.on_device, bias)
-        return simulate(tasks, keep_timeline=False).total_s, [tasks]
+        # on a device, as measured: blocks of `number` iterations back to back
+        iterations = max(1, case.measured.number) if case.on_device else 1
+        return back_to_back_s(tasks, iterations), [tasks]
     from perfmodel.e2e.ranks import predict_ranks
 
     prediction = predict_ranks(case.graphs, fit, table, bias, keep_timeline=False,

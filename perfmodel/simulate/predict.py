@@ -9,6 +9,7 @@ overheads (T2.launch + n·T4 + (n-1)·T5 + T3.launch).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from perfmodel.trace.graph import Graph, Task
@@ -195,12 +196,30 @@ def _device_task(task: Task, device_s: float, table: OverheadTable,
 
 
 def predict_graph(graph: Graph, fit, table: OverheadTable, on_device: bool = False,
-                  keep_timeline: bool = True, bias: dict[str, float] | None = None
-                  ) -> IterationPrediction:
-    """Predict the iteration of ``graph`` (``bias``: see :func:`sim_tasks`)."""
+                  keep_timeline: bool = True, bias: dict[str, float] | None = None,
+                  iterations: int = 1) -> IterationPrediction:
+    """Predict the iteration of ``graph`` (``bias``: see :func:`sim_tasks`).
+
+    ``iterations``: on a device, the predicted time is that of one iteration of
+    a block of that many run back to back (:func:`back_to_back_s`), as a
+    measurement of such blocks times it; the breakdown and timeline are one
+    iteration's, from idle streams."""
     tasks, missing = sim_tasks(graph, fit, table, on_device, bias)
-    return graph_prediction(graph, simulate(tasks, keep_timeline=keep_timeline), missing,
-                            beyond_fit(graph.tasks, fit))
+    sim = simulate(tasks, keep_timeline=keep_timeline)
+    if on_device and iterations > 1:
+        sim = dataclasses.replace(sim, total_s=back_to_back_s(tasks, iterations))
+    return graph_prediction(graph, sim, missing, beyond_fit(graph.tasks, fit))
+
+
+def back_to_back_s(tasks: list[SimTask], iterations: int) -> float:
+    """Seconds per iteration when ``iterations`` iterations of ``tasks`` run back
+    to back: the host issues the next iteration while the device finishes the
+    last, so an iteration whose host leads its kernels takes less than one
+    simulated from idle streams (nothing changes where nothing overlaps, as
+    on a CPU)."""
+    if iterations <= 1:
+        return simulate(tasks, keep_timeline=False).total_s
+    return simulate(list(tasks) * iterations, keep_timeline=False).total_s / iterations
 
 
 def graph_prediction(graph: Graph, sim: SimResult, missing: dict[str, int],
