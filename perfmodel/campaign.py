@@ -173,10 +173,11 @@ def run_campaign(out: Path, repo: Path, results: Path, *, dry_run: bool = False,
         echo(f"[campaign] {part.name}: exit {result.returncode} after {result.wall_s:.1f} s"
              + (" (stopped at its deadline)" if result.stopped_at_deadline else ""))
         if part.name == "check":
-            log.device_key = _device_key(logs / "check.log")
-            if log.device_key is not None:
-                _store_spec(logs / "check.log", results)
-            if log.device_key is None:
+            spec = _checked_spec(logs / "check.log")
+            if spec is not None:
+                log.device_key = spec.key
+                _store_spec(spec, results)
+            else:
                 echo("[campaign] the device check found no device: nothing else runs")
                 break
             if result.returncode != 0:
@@ -195,7 +196,6 @@ def _pack_logged(log: CampaignLog, out: Path, results: Path, since: float, logs:
                  traces: bool, echo: Callable[[str], None]) -> None:
     if log.device_key is None:
         return
-    (logs / "campaign.json").write_text(json.dumps(log.to_plain(), indent=1, sort_keys=True))
     packed, left_out = pack(paths.device_dir(results, log.device_key), out, since, logs,
                             with_traces=traces)
     log.packed = packed
@@ -267,37 +267,28 @@ def _stop(proc: subprocess.Popen) -> int | None:
     return proc.poll()
 
 
-def _device_key(check_log: Path) -> str | None:
-    """The device key the check part printed (its spec's JSON line)."""
-    for line in check_log.read_text(encoding="utf-8", errors="replace").splitlines():
-        if line.startswith("{"):
-            try:
-                key = json.loads(line).get("key")
-            except ValueError:
-                continue
-            if isinstance(key, str):
-                return key
-    return None
-
-
-def _store_spec(check_log: Path, results: Path) -> None:
-    """Store a GPU's spec, as the check part printed it, as its ``device.json``
-    (when none is stored), so that ``perfmodel refit`` can refit the device's runs
-    on another machine; a CPU's probe stores its own."""
+def _checked_spec(check_log: Path):
+    """The device spec the check part printed (its first JSON line that reads as
+    a :class:`~perfmodel.device.spec.DeviceSpec`), or None."""
     from perfmodel.device.spec import DeviceSpec
 
     for line in check_log.read_text(encoding="utf-8", errors="replace").splitlines():
-        if not line.startswith("{"):
-            continue
-        try:
-            spec = DeviceSpec.from_dict(json.loads(line))
-        except (ValueError, TypeError, KeyError):
-            continue
-        path = paths.spec_file(paths.device_dir(results, spec.key))
-        if spec.kind != "cpu" and not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(spec.to_dict(), indent=2, sort_keys=True) + "\n")
-        return
+        if line.startswith("{"):
+            try:
+                return DeviceSpec.from_dict(json.loads(line))
+            except (ValueError, TypeError, KeyError):
+                continue
+    return None
+
+
+def _store_spec(spec, results: Path) -> None:
+    """Store a GPU's ``spec`` as its ``device.json`` (when none is stored), so that
+    ``perfmodel refit`` can refit the device's runs on another machine; a CPU's
+    probe stores its own."""
+    path = paths.spec_file(paths.device_dir(results, spec.key))
+    if spec.kind != "cpu" and not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(spec.to_dict(), indent=2, sort_keys=True) + "\n")
 
 
 def _newest_key(results: Path, since: float) -> str | None:

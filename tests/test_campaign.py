@@ -232,10 +232,10 @@ def test_the_check_stores_a_gpu_spec_for_offline_refits(tmp_path):
     spec = {**planted_cpu_dict("cuda-test-gpu"), "kind": "cuda", "index": 0, "threads": None}
     log = tmp_path / "check.log"
     log.write_text("noise\n" + json.dumps(spec) + "\n5 passed\n")
-    campaign._store_spec(log, tmp_path / "results")
+    campaign._store_spec(campaign._checked_spec(log), tmp_path / "results")
     stored = json.loads(paths.spec_file(paths.device_dir(tmp_path / "results", KEY)).read_text())
     assert stored["key"] == KEY and stored["kind"] == "cuda"
     log.write_text(json.dumps({**spec, "name": "other"}) + "\n")
-    campaign._store_spec(log, tmp_path / "results")
+    campaign._store_spec(campaign._checked_spec(log), tmp_path / "results")
     stored = json.loads(paths.spec_file(paths.device_dir(tmp_path / "results", KEY)).read_text())
     assert stored["name"] == spec["name"]
