@@ -76,6 +76,7 @@ from perfmodel.e2e.single import (MEASURE, TRACE_ITERATIONS, TRACE_WARMUP, share
 from perfmodel.trace.graph import Graph, build_graph
 from perfmodel.trace.overheads import OverheadTable, samples_from_graph, table_from_samples
 from perfmodel.plaindata import write_json_atomic
+from perfmodel.fit.generic import generic_model
 from perfmodel.simulate.predict import (NON_OP_CATEGORIES, CommPrice, beyond_fit, coverage,
                                         graph_prediction, sim_tasks)
 from perfmodel.simulate.result import IterationPrediction
@@ -219,14 +220,17 @@ def predict_ranks(graphs: list[Graph], fit, table: OverheadTable,
         for key, n in missed.items():
             missing[key] = missing.get(key, 0) + n
     sim = simulate_ranks(per_rank, keep_timeline, host)
-    ranks = [graph_prediction(g, walk, missed, beyond_fit(g.tasks, fit), comm_priced=True)
+    generic = generic_model(fit) is not None
+    ranks = [graph_prediction(g, walk, missed, beyond_fit(g.tasks, fit), comm_priced=True,
+                              generic=generic)
              for g, walk, missed in zip(graphs, sim.ranks, rank_missing)]
     every_task = [t for g in graphs for t in g.tasks]
     traced = [g.measured_s for g in graphs if g.measured_s is not None]
     return IterationPrediction(
         sim.total_s, _mean_over_ranks(r.breakdown_s for r in sim.ranks),
         _mean_over_ranks(r.regions_s for r in sim.ranks),
-        coverage(every_task, missing, comm_priced=True), _unmodelled_over_ranks(graphs),
+        coverage(every_task, missing, comm_priced=True, generic=generic),
+        _unmodelled_over_ranks(graphs),
         missing, len(every_task), max(traced) if traced else None,
         beyond_fit(every_task, fit), ranks=ranks, collective_start_s=sim.collective_start_s)
 

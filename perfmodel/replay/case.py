@@ -17,7 +17,8 @@ stored fit, on any machine, without torch or the device:
 
 On disk (docs/results-format.md): gzip JSON, one object with ``format``
 (:data:`FORMAT`) and ``schema`` (:data:`SCHEMA`); each graph's tasks are rows
-whose columns ``task_fields`` names. Saving is deterministic (sorted keys,
+whose columns ``task_fields`` names (schema 1, without ``parts``, still
+loads). Saving is deterministic (sorted keys,
 gzip without a time stamp). Loading never executes code: any file that is not
 a complete case of this schema raises one :class:`ReplayError` naming it.
 """
@@ -34,16 +35,22 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.plaindata import write_bytes_atomic
+from perfmodel.trace.categories import CATEGORIES
 from perfmodel.trace.graph import Graph, Task
 from perfmodel.trace.parse import Kernel
 
 #: What a case file says it is, and the schema version this code reads and writes.
 FORMAT = "perfmodel.replay-case"
-SCHEMA = 1
+SCHEMA = 2
+#: Older schema versions this code still reads: version 1's task rows lack
+#: ``parts`` (their unmodelled tasks are priced by the overhead table alone).
+READS_SCHEMAS = (1, 2)
 #: The columns of a task row, in order (the fields of :class:`Task`).
 TASK_FIELDS = ("kind", "name", "family", "op", "direction", "dtype", "params", "bytes",
                "measured_s", "waited_s", "region", "inputs", "outputs", "kernels", "sync",
-               "n_nodes")
+               "n_nodes", "parts")
+#: The task columns of schema version 1.
+TASK_FIELDS_V1 = TASK_FIELDS[:-1]
 #: The columns of a kernel row (the fields of :class:`Kernel`).
 KERNEL_FIELDS = ("name", "stream", "ts_s", "dur_s", "launch_ts_s", "launch_dur_s")
 #: Largest decompressed case read (B): a bigger one is refused, not parsed.
@@ -150,7 +157,8 @@ def _task_row(task: Task) -> list:
             _float(task.bytes), _float(task.measured_s), _float(task.waited_s), task.region,
             list(task.inputs), list(task.outputs),
             [[k.name, k.stream, _float(k.ts_s), _float(k.dur_s), _float(k.launch_ts_s),
-              _float(k.launch_dur_s)] for k in task.kernels], task.sync, task.n_nodes]
+              _float(k.launch_dur_s)] for k in task.kernels], task.sync, task.n_nodes,
+            {cat: [int(n), float(b)] for cat, (n, b) in sorted(task.parts.items())}]
 
 
 def graph_to_plain(graph: Graph) -> dict:
@@ -220,9 +228,11 @@ def case_from_plain(data: Any, where: str = "<case>") -> ReplayCase:
     if data.get("format") != FORMAT:
         r.fail("format", f"not a replay case (format {data.get('format')!r}, "
                          f"expected {FORMAT!r})")
-    if data.get("schema") != SCHEMA:
-        r.fail("schema", f"schema version {data.get('schema')!r}; this perfmodel reads "
-                         f"version {SCHEMA}")
+    schema = data.get("schema")
+    if schema not in READS_SCHEMAS:
+        r.fail("schema", f"schema version {schema!r}; this perfmodel reads "
+                         f"versions {', '.join(map(str, READS_SCHEMAS))}")
+    fields = TASK_FIELDS if schema == SCHEMA else TASK_FIELDS_V1
     m = r.mapping(r.get(data, "measured"), "measured")
     measured = MeasuredTiming(r.number(r.get(m, "median_s", "measured"), "measured.median_s", True),
                               r.number(r.get(m, "sd_s", "measured"), "measured.sd_s", True),
@@ -239,7 +249,7 @@ def case_from_plain(data: Any, where: str = "<case>") -> ReplayCase:
         on_device=r.boolean(r.get(data, "on_device"), "on_device"),
         bandwidth_Bps=r.number(r.get(data, "bandwidth_Bps"), "bandwidth_Bps"),
         threads=r.integer(r.get(data, "threads"), "threads", optional=True),
-        graphs=[_graph(r, g, f"graphs[{i}]") for i, g in enumerate(graphs)],
+        graphs=[_graph(r, g, f"graphs[{i}]", fields) for i, g in enumerate(graphs)],
         measured=measured,
         env=r.mapping(r.get(data, "env"), "env"),
         config=r.mapping(r.get(data, "config"), "config"),
@@ -247,13 +257,14 @@ def case_from_plain(data: Any, where: str = "<case>") -> ReplayCase:
         recorded=r.mapping(r.get(data, "recorded"), "recorded"))
 
 
-def _graph(r: _Reader, data: Any, where: str) -> Graph:
+def _graph(r: _Reader, data: Any, where: str, fields: tuple[str, ...] = TASK_FIELDS) -> Graph:
     r.mapping(data, where)
-    for key, expected in (("task_fields", TASK_FIELDS), ("kernel_fields", KERNEL_FIELDS)):
+    for key, expected in (("task_fields", fields), ("kernel_fields", KERNEL_FIELDS)):
         if r.get(data, key, where) != list(expected):
             r.fail(f"{where}.{key}", f"columns {data[key]!r} are not this schema's")
     rows = r.array(r.get(data, "tasks", where), f"{where}.tasks")
-    return Graph([_task(r, row, f"{where}.tasks[{i}]") for i, row in enumerate(rows)],
+    return Graph([_task(r, row, f"{where}.tasks[{i}]", len(fields))
+                  for i, row in enumerate(rows)],
                  r.number(r.get(data, "measured_s", where), f"{where}.measured_s", True),
                  r.number(r.get(data, "profiler_overhead_s", where),
                           f"{where}.profiler_overhead_s"),
@@ -261,12 +272,13 @@ def _graph(r: _Reader, data: Any, where: str) -> Graph:
                           f"{where}.profiler_launch_overhead_s"))
 
 
-def _task(r: _Reader, row: Any, where: str) -> Task:
+def _task(r: _Reader, row: Any, where: str, columns: int = len(TASK_FIELDS)) -> Task:
     r.array(row, where)
-    if len(row) != len(TASK_FIELDS):
-        r.fail(where, f"{len(row)} columns, expected {len(TASK_FIELDS)}")
+    if len(row) != columns:
+        r.fail(where, f"{len(row)} columns, expected {columns}")
     (kind, name, family, op, direction, dtype, params, nbytes, measured_s, waited_s, region,
-     inputs, outputs, kernels, sync, n_nodes) = row
+     inputs, outputs, kernels, sync, n_nodes) = row[:len(TASK_FIELDS_V1)]
+    parts = row[len(TASK_FIELDS_V1)] if columns > len(TASK_FIELDS_V1) else {}
     if params is not None:
         r.mapping(params, f"{where}.params")
         params = {k: r.integer(v, f"{where}.params.{k}") for k, v in params.items()}
@@ -284,7 +296,23 @@ def _task(r: _Reader, row: Any, where: str) -> Task:
                 kernels=[_kernel(r, k, f"{where}.kernels[{i}]")
                          for i, k in enumerate(r.array(kernels, f"{where}.kernels"))],
                 sync=r.boolean(sync, f"{where}.sync"),
-                n_nodes=r.integer(n_nodes, f"{where}.n_nodes"))
+                n_nodes=r.integer(n_nodes, f"{where}.n_nodes"),
+                parts=_parts(r, parts, f"{where}.parts"))
+
+
+def _parts(r: _Reader, parts: Any, where: str) -> dict[str, list]:
+    """A task's ``parts``: category -> [leaf nodes, bytes], categories known."""
+    r.mapping(parts, where)
+    out = {}
+    for cat, value in parts.items():
+        if cat not in CATEGORIES:
+            r.fail(where, f"unknown category {cat!r} (expected one of {', '.join(CATEGORIES)})")
+        r.array(value, f"{where}.{cat}")
+        if len(value) != 2:
+            r.fail(f"{where}.{cat}", "expected [leaf nodes, bytes]")
+        out[cat] = [r.integer(value[0], f"{where}.{cat}[0]"),
+                    r.number(value[1], f"{where}.{cat}[1]")]
+    return out
 
 
 def _kernel(r: _Reader, row: Any, where: str) -> Kernel:

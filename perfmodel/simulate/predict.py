@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
+from perfmodel.fit.generic import GenericModel, generic_model
 from perfmodel.trace.graph import Graph, Task
 from perfmodel.ops import OPS
 from perfmodel.simulate.result import Coverage, IterationPrediction, traced_seconds
@@ -110,13 +111,14 @@ class CommPrice(NamedTuple):
 
 #: The categories of the :class:`SimTask` s that :func:`sim_tasks` makes of
 #: anything but an op (ops take their family's).
-NON_OP_CATEGORIES = ("host overhead", "communication", "unmodelled")
+NON_OP_CATEGORIES = ("host overhead", "communication", "generic", "unmodelled")
 
 
 def sim_tasks(graph: Graph, fit, table: OverheadTable, on_device: bool,
               bias: dict[str, float] | None = None,
               comm: Callable[[str, dict[str, int]], CommPrice] | None = None,
-              host_op_s: Callable[[Task, float], float] | None = None
+              host_op_s: Callable[[Task, float], float] | None = None,
+              generic: GenericModel | None | bool = True
               ) -> tuple[list[SimTask], dict[str, int]]:
     """The :class:`SimTask` list of ``graph``: op tasks priced by ``fit``, the rest
     by ``table``. ``on_device``: the ops run as kernels on a CUDA device.
@@ -127,8 +129,15 @@ def sim_tasks(graph: Graph, fit, table: OverheadTable, on_device: bool,
     Without ``comm`` a collective is priced as an unmodelled node.
     ``host_op_s(task, seconds)`` turns an op's predicted seconds on the host
     (not on a device) into those it takes where it runs (e.g. beside other
-    ranks: :meth:`perfmodel.simulate.host.HostModel.op_seconds`)."""
+    ranks: :meth:`perfmodel.simulate.host.HostModel.op_seconds`).
+    ``generic``: the :class:`~perfmodel.fit.generic.GenericModel` that prices
+    the memory-bound work (``Task.parts``) of a task no op predictor prices
+    (True: the one ``fit`` teaches; False or None: the overhead table prices
+    it, as it does a task without parts)."""
     bias = bias or {}
+    if generic is True:
+        generic = generic_model(fit)
+    generic = generic or None
     predicted, missing = op_predictions(graph.tasks, fit)
     host_factor = bias.get("overhead", 1.0)
     main_stream = _main_stream(graph) if on_device else None
@@ -158,12 +167,28 @@ def sim_tasks(graph: Graph, fit, table: OverheadTable, on_device: bool,
                 out.append(SimTask(f"{task.op}.{task.direction}", task.family, value,
                                    inputs=task.inputs, outputs=task.outputs, sync=task.sync,
                                    region=task.region))
+        elif generic is not None and generic_priced(task, on_device):
+            seconds = generic.seconds(task.parts)
+            if on_device:  # the host issues it as it does an unmodelled node
+                out.append(_kernels_task(task, "generic", seconds, host_factor
+                                         * table.leaf_cost(task.name, task.bytes)))
+            else:  # host work, as an unmodelled node's
+                out.append(SimTask(task.name, "generic", seconds, inputs=task.inputs,
+                                   outputs=task.outputs, sync=task.sync, region=task.region))
         else:  # unmodelled, or an op without a fitted predictor
             out.append(SimTask(task.name, "unmodelled",
                                host_factor * table.leaf_cost(task.name, task.bytes),
                                inputs=task.inputs, outputs=task.outputs, sync=task.sync,
                                region=task.region))
     return out, missing
+
+
+def generic_priced(task: Task, on_device: bool) -> bool:
+    """Whether the generic model prices ``task`` (one no op predictor priced):
+    an unmodelled node or an op without a fitted predictor, with memory-bound
+    parts and, on a device, kernels to run them."""
+    return task.kind in ("unmodelled", "op") and bool(task.parts) and \
+        (task.kernels != [] or not on_device)
 
 
 def _main_stream(graph: Graph) -> int | None:
@@ -173,6 +198,17 @@ def _main_stream(graph: Graph) -> int | None:
         for k in task.kernels:
             busy[k.stream] = busy.get(k.stream, 0.0) + k.dur_s
     return max(busy, key=busy.get) if busy else None
+
+
+def _kernels_task(task: Task, category: str, device_s: float, host_s: float) -> SimTask:
+    """``task`` taking ``host_s`` on the host and ``device_s`` on the device,
+    spread over its traced kernels in their shares of traced time."""
+    measured = sum(k.dur_s for k in task.kernels)
+    n = len(task.kernels)
+    return SimTask(task.name, category, host_s,
+                   kernels=[(k.stream, device_s * (k.dur_s / measured if measured > 0 else 1 / n))
+                            for k in task.kernels],
+                   inputs=task.inputs, outputs=task.outputs, sync=task.sync, region=task.region)
 
 
 def _device_task(task: Task, device_s: float, table: OverheadTable,
@@ -208,7 +244,8 @@ def predict_graph(graph: Graph, fit, table: OverheadTable, on_device: bool = Fal
     sim = simulate(tasks, keep_timeline=keep_timeline)
     if on_device and iterations > 1:
         sim = dataclasses.replace(sim, total_s=back_to_back_s(tasks, iterations))
-    return graph_prediction(graph, sim, missing, beyond_fit(graph.tasks, fit))
+    return graph_prediction(graph, sim, missing, beyond_fit(graph.tasks, fit),
+                            generic=generic_model(fit) is not None, on_device=on_device)
 
 
 def back_to_back_s(tasks: list[SimTask], iterations: int) -> float:
@@ -224,27 +261,31 @@ def back_to_back_s(tasks: list[SimTask], iterations: int) -> float:
 
 def graph_prediction(graph: Graph, sim: SimResult, missing: dict[str, int],
                      beyond: dict[str, tuple[int, float]] | None,
-                     comm_priced: bool = False) -> IterationPrediction:
+                     comm_priced: bool = False, generic: bool = False,
+                     on_device: bool = False) -> IterationPrediction:
     """The :class:`IterationPrediction` of ``graph`` from its walk ``sim``, the op
     tasks without a predictor (``missing``, from :func:`sim_tasks`) and the ops
     beyond the fit (``beyond``, from :func:`beyond_fit`); ``comm_priced``: the
-    collectives were priced by a communication predictor."""
+    collectives were priced by a communication predictor; ``generic``: a generic
+    model priced what no op predictor did (on a device when ``on_device``)."""
     return IterationPrediction(sim.total_s, dict(sorted(sim.breakdown_s.items())),
                                dict(sorted(sim.regions_s.items())),
-                               coverage(graph.tasks, missing, comm_priced), graph.unmodelled(),
+                               coverage(graph.tasks, missing, comm_priced, generic, on_device),
+                               graph.unmodelled(),
                                missing, len(graph.tasks), graph.measured_s, beyond,
                                sim.timeline, sim=sim)
 
 
-def coverage(tasks: list[Task], missing: dict[str, int], comm_priced: bool = False
-             ) -> Coverage | None:
+def coverage(tasks: list[Task], missing: dict[str, int], comm_priced: bool = False,
+             generic: bool = False, on_device: bool = False) -> Coverage | None:
     """The :class:`~perfmodel.simulate.result.Coverage` of ``tasks`` (of one graph or
     of every rank's) priced as :func:`sim_tasks` prices them: op tasks (and the
     backward nodes they cover) by their predictor unless their ``op.direction``
     is in ``missing``, collectives by the communication predictor when
-    ``comm_priced``, gaps by the overhead table, the rest unmodelled. None for an
-    untimed trace."""
-    op_s = overheads_s = unmodelled_s = 0.0
+    ``comm_priced``, gaps by the overhead table, the tasks :func:`generic_priced`
+    picks by the generic model when there is one (``generic``), the rest
+    unmodelled. None for an untimed trace."""
+    op_s = overheads_s = unmodelled_s = generic_s = 0.0
     for task in tasks:
         seconds = traced_seconds(task)
         if task.kind == "overhead":
@@ -252,6 +293,8 @@ def coverage(tasks: list[Task], missing: dict[str, int], comm_priced: bool = Fal
         elif (task.kind in ("op", "covered") and f"{task.op}.{task.direction}" not in missing
               or task.kind == "collective" and comm_priced):
             op_s += seconds
+        elif generic and generic_priced(task, on_device):
+            generic_s += seconds
         else:
             unmodelled_s += seconds
-    return Coverage.of_seconds(op_s, overheads_s, unmodelled_s)
+    return Coverage.of_seconds(op_s, overheads_s, unmodelled_s, generic_s)

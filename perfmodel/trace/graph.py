@@ -15,7 +15,10 @@ order. Each trace node is mapped through the op definitions
 - a node that matches nothing but has matching descendants is opened: its
   children are planned in its place, with host-overhead tasks between them;
 - anything else is **unmodelled**: kept as one task, named, with the bytes its
-  tensors hold, and priced by the overhead table. Nothing is dropped.
+  tensors hold and the memory-bound work of its leaf nodes by category
+  (``Task.parts``, :mod:`perfmodel.trace.categories`), and priced by the
+  generic model from those parts (:mod:`perfmodel.fit.generic`) or, without
+  parts, by the overhead table. Nothing is dropped.
 
 Overhead tasks carry the taxonomy of :mod:`perfmodel.trace.overheads` (T1 between
 siblings, T2 from a parent's start to its first child, T3 from the last
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from perfmodel.ops import OPS, OpDef
+from perfmodel.trace.categories import add_part, leaf_category
 from perfmodel.trace.parse import Trace, TraceNode
 
 #: ET tensor element types -> the dtype names the op definitions use.
@@ -68,6 +72,10 @@ class Task:
     kernels: list = field(default_factory=list)  # measured Kernels (CUDA traces)
     sync: bool = False  # the host waits for the device after this task
     n_nodes: int = 1  # trace nodes the task spans (itself and its descendants)
+    #: the node's memory-bound work: category -> [leaf nodes, bytes] (see
+    #: :mod:`perfmodel.trace.categories`), which the generic model prices when
+    #: no op predictor does
+    parts: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -332,7 +340,26 @@ class _Planner:
                     inputs=tuple(node.tensor_ids("inputs")),
                     outputs=tuple(node.tensor_ids("outputs")),
                     kernels=[k for n in node.walk() for k in n.kernels],
-                    sync=_is_sync(node), n_nodes=sum(1 for _ in node.walk()), **kw)
+                    sync=_is_sync(node), n_nodes=sum(1 for _ in node.walk()),
+                    parts=node_parts(node), **kw)
+
+
+def node_parts(node: TraceNode) -> dict[str, list]:
+    """The memory-bound work of ``node``'s subtree: per category (see
+    :mod:`perfmodel.trace.categories`), ``[leaf nodes, bytes]``. A node counts
+    itself only when none of its descendants has a category (a composite op's
+    work is that of the ops it calls)."""
+    parts: dict[str, list] = {}
+    for child in node.children:
+        for cat, (count, nbytes) in node_parts(child).items():
+            add_part(parts, cat, nbytes)
+            parts[cat][0] += count - 1
+    if not parts:
+        cat = leaf_category(node.name, node.is_view, node.tensors("inputs"),
+                            node.tensors("outputs"))
+        if cat is not None:
+            add_part(parts, cat, tensor_bytes(node))
+    return parts
 
 
 def _gap(start: float | None, end: float | None) -> float | None:

@@ -1,0 +1,173 @@
+"""The generic model: node categories, lines learned from a fit, pricing and coverage."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from perfmodel.fit.generic import SOURCES, GenericModel, Line, fit_line, generic_from_fit
+from perfmodel.ops import OPS
+from perfmodel.trace.categories import CATEGORIES, COMPUTE_BOUND, NAMED, leaf_category
+from tests.helpers import ConstantFit
+
+
+def _t(numel, elem=4):
+    return [1, 1, 0, numel, elem, "cpu"]
+
+
+@pytest.mark.parametrize("name, inputs, outputs, expected", [
+    ("aten::pow", [_t(100)], [_t(100)], "pointwise"),
+    ("aten::where", [_t(100, 1), _t(100), _t(100)], [_t(100)], "pointwise"),
+    ("aten::amax", [_t(100)], [_t(10)], "reduction"),
+    ("aten::some_new_reduction", [_t(1000)], [_t(1)], "reduction"),
+    ("aten::some_new_lookup", [_t(1000), _t(50, 8)], [_t(200)], "gather_scatter"),
+    ("aten::some_new_pointwise", [_t(1000), _t(1000)], [_t(1000)], "pointwise"),
+    ("aten::index", [_t(1000)], [_t(1000)], "gather_scatter"),
+    ("aten::cat", [_t(10), _t(10)], [_t(20)], "layout"),
+    ("aten::mm", [_t(100), _t(100)], [_t(100)], None),
+    ("aten::empty", [], [_t(100)], None),
+    ("aten::zero_", [], [], None),
+    ("Optimizer.step#Adam.step", [_t(10)], [_t(10)], None),
+])
+def test_leaf_categories(name, inputs, outputs, expected):
+    assert leaf_category(name, False, inputs, outputs) == expected
+
+
+def test_a_view_has_no_category_and_named_ops_are_known():
+    assert leaf_category("aten::pow", True, [_t(10)], [_t(10)]) is None
+    assert set(NAMED.values()) == set(CATEGORIES)
+    assert not COMPUTE_BOUND & set(NAMED)
+
+
+def test_every_source_is_a_known_category():
+    assert set(SOURCES) == set(CATEGORIES)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(1e2, 1e9), st.floats(1e-7, 1e-1)), min_size=2, max_size=30))
+def test_fit_line_is_non_negative_and_finite(points):
+    x = np.array([p[0] for p in points])
+    y = np.array([p[1] for p in points])
+    a, b = fit_line(x, y)
+    assert a >= 0 and b >= 0 and math.isfinite(a) and math.isfinite(b)
+    assert a > 0 or b > 0
+
+
+def test_fit_line_recovers_an_exact_line():
+    x = np.array([1e3, 1e5, 1e7, 1e8])
+    a, b = fit_line(x, 2e-6 + x / 50e9)
+    assert a == pytest.approx(2e-6, rel=1e-6) and b == pytest.approx(1 / 50e9, rel=1e-6)
+
+
+_LINES = st.builds(lambda a, bw: Line(a, 1 / bw, ("x.forward",), 2, 0.1),
+                   st.floats(1e-8, 1e-4), st.floats(1e8, 1e13))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.fixed_dictionaries({c: _LINES for c in CATEGORIES}),
+       st.dictionaries(st.sampled_from(CATEGORIES),
+                       st.tuples(st.integers(1, 1000), st.floats(0, 1e10)), min_size=1),
+       st.floats(1, 1e9))
+def test_generic_prices_are_finite_positive_and_monotone_in_bytes(lines, parts, extra):
+    model = GenericModel(lines)
+    parts = {c: [n, b] for c, (n, b) in parts.items()}
+    price = model.seconds(parts)
+    assert math.isfinite(price) and price > 0
+    cat = next(iter(parts))
+    more = {**parts, cat: [parts[cat][0], parts[cat][1] + extra]}
+    assert model.seconds(more) > price
+    assert model.seconds({**parts, cat: [parts[cat][0] + 1, parts[cat][1]]}) > price
+
+
+def test_a_fit_teaches_one_line_per_category():
+    model = generic_from_fit(ConstantFit(1e-5))
+    assert set(model.lines) == set(CATEGORIES)
+    # a constant predictor is a per-call cost with nothing per byte
+    assert model.lines["pointwise"].a_s == pytest.approx(1e-5)
+    assert model.lines["pointwise"].b_s_per_B == pytest.approx(0.0, abs=1e-18)
+    assert all(line.points >= 2 for line in model.lines.values())
+    assert len(model.describe()) == len(CATEGORIES)
+
+
+def test_a_category_without_sources_borrows_pointwise():
+    pointwise_only = {op for op, _ in SOURCES["pointwise"]}
+    missing = [name for name in OPS if name not in pointwise_only]
+    model = generic_from_fit(ConstantFit(2e-5, missing=missing))
+    assert model.borrowed == tuple(c for c in CATEGORIES if c != "pointwise")
+    assert model.lines["layout"] is model.lines["pointwise"]
+    assert generic_from_fit(ConstantFit(2e-5, missing=list(OPS))) is None
+    assert generic_from_fit(None) is None
+
+
+def _pow_step():
+    """A training step whose loss goes through ``torch.pow`` and ``torch.where``,
+    which no op definition knows."""
+    import torch
+
+    torch.manual_seed(0)
+    w = torch.randn(64, 64, requires_grad=True)
+    x = torch.randn(64, 64)
+    opt = torch.optim.SGD([w], lr=0.01, foreach=True)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        y = torch.where(x > 0, torch.pow(w, 3), w)
+        loss = y.sum()
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+def test_unknown_nodes_are_priced_by_the_generic_model(tmp_path):
+    from perfmodel.simulate.predict import predict_graph, sim_tasks
+    from perfmodel.trace.graph import build_graph
+    from perfmodel.trace.overheads import samples_from_graph, table_from_samples
+    from perfmodel.trace.parse import capture_trace, load_trace
+
+    files = capture_trace(_pow_step(), tmp_path, "pow", iterations=2, warmup=1)
+    graph = build_graph(load_trace(files.et, files.kineto, files.calibration))
+    pow_tasks = [t for t in graph.tasks if t.name == "aten::pow"]
+    assert pow_tasks and pow_tasks[0].parts["pointwise"][0] >= 1
+    assert pow_tasks[0].parts["pointwise"][1] >= 2 * 64 * 64 * 4
+    table = table_from_samples([samples_from_graph("pow", graph, 1e10)], 1e10)
+    fit = ConstantFit(1e-3)
+    tasks, _ = sim_tasks(graph, fit, table, False)
+    priced = [t for t in tasks if t.category == "generic"]
+    assert any(t.name == "aten::pow" for t in priced)
+    assert all(t.host_s >= 1e-3 for t in priced)  # at least one leaf at the constant's cost
+    plain, _ = sim_tasks(graph, fit, table, False, generic=False)
+    assert not any(t.category == "generic" for t in plain)
+    cover = predict_graph(graph, fit, table).coverage
+    assert cover.by_generic > 0
+    assert cover.by_op + cover.by_generic + cover.by_overheads + cover.unmodelled == \
+        pytest.approx(1.0)
+
+
+def test_replay_cases_keep_parts_and_old_cases_still_load(tmp_path):
+    from perfmodel.replay.case import ReplayError, case_from_plain, case_to_plain
+    from perfmodel.trace.graph import Graph, Task
+
+    task = Task("unmodelled", "aten::pow", "unmodelled", bytes=32.0, measured_s=1e-5,
+                parts={"pointwise": [1, 32.0]})
+    data = _minimal_case(Graph([task], 1e-5))
+    plain = case_to_plain(case_from_plain(data))
+    assert plain["graphs"][0]["tasks"][0][-1] == {"pointwise": [1, 32.0]}
+    old = _minimal_case(Graph([task], 1e-5))
+    old["schema"] = 1
+    old["graphs"][0]["task_fields"] = old["graphs"][0]["task_fields"][:-1]
+    old["graphs"][0]["tasks"] = [row[:-1] for row in old["graphs"][0]["tasks"]]
+    assert case_from_plain(old).graphs[0].tasks[0].parts == {}
+    bad = _minimal_case(Graph([task], 1e-5))
+    bad["graphs"][0]["tasks"][0][-1] = {"matmul": [1, 2.0]}
+    with pytest.raises(ReplayError, match="unknown category 'matmul'"):
+        case_from_plain(bad, "x.json.gz")
+
+
+def _minimal_case(graph):
+    from perfmodel.replay.case import MeasuredTiming, ReplayCase, case_to_plain
+
+    return case_to_plain(ReplayCase("w", "cpu-x", False, 1e10, 1, [graph],
+                                    MeasuredTiming(1e-5, 1e-7, 5, 1), {}, {}, None, {}))
