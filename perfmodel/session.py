@@ -153,6 +153,8 @@ class Session:
         self.accuracy: list = []  # OpAccuracy of the accuracy checks that ran
         self.e2e: list = []  # MeasuredIteration of the E2E runs (gated)
         self.user_models: list = []  # MeasuredIteration of predict_model calls (not gated)
+        #: (half, MeasuredIteration) of the zoo models run (not gated)
+        self.zoo: list[tuple[str, object]] = []
         self.e2e_expected: set[str] = set()  # workloads this session gates
         #: sessions of other processes (pytest-xdist workers) merged into this one
         #: (:meth:`merge_worker_state`)
@@ -480,13 +482,39 @@ class Session:
                 self.gate.lines.append(line)
             raise Unavailable(f"{workload}: {exc}") from None
 
-    def _trace(self, workload: str, step):
-        """Trace ``step``, save its overhead samples, and keep its task graph."""
+    def _trace(self, workload: str, step, save_samples: bool = True):
+        """Trace ``step``, save its overhead samples (unless not ``save_samples``),
+        and keep its task graph."""
         from perfmodel.e2e.single import trace_workload
 
         self._graphs[workload] = trace_workload(workload, step.step, self.store.dir,
-                                                self.torch_device, self.device.mem_bandwidth_Bps)
+                                                self.torch_device, self.device.mem_bandwidth_Bps,
+                                                teach_table=save_samples)
         return self._graphs[workload]
+
+    def run_zoo(self, workload: str) -> None:
+        """Trace, predict and measure zoo model ``workload`` (not gated; shown per
+        half in the summary and stored as a ``zoo`` record). Only the tuning
+        half's traces add samples to the shared overhead table: the scoring
+        half is predicted with what the project's workloads and the tuning half
+        taught (see docs/zoo.md)."""
+        from perfmodel.e2e.single import predict_and_measure
+        from perfmodel.workloads.zoo import zoo_half
+
+        half = zoo_half(workload)
+        fit = self._current_fit()
+        self._trace_expected_workloads()
+        step = self._build(workload)
+        graph = self._trace(workload, step, save_samples=half == "tuning")
+        result = predict_and_measure(workload, step.step, step.items, graph, fit,
+                                     self._shared_table(), self.torch_device,
+                                     self.device.mem_bandwidth_Bps, bias=self.options.bias,
+                                     profile=self.options.profile)
+        if result.fit_data is None and self._fit is not None:
+            result.fit_data = self._fit.data_id
+        self.append_record({**result.record(self.env), "kind": "zoo", "half": half})
+        self.zoo.append((half, result))
+        del step
 
     def predict_model(self, model, batch, loss_fn, optimizer, *, items: int | None = None,
                       name: str = "user_model", measure: bool = True):
@@ -626,6 +654,7 @@ class Session:
         return {
             "e2e": [r.to_plain() for r in self.e2e],
             "user_models": [r.to_plain() for r in self.user_models],
+            "zoo": [[half, r.to_plain()] for half, r in self.zoo],
             "accuracy": [asdict(a) for a in self.accuracy],
             # every worker collects every item: the workloads this run gates, less
             # those this worker found it cannot build (a missing package)
@@ -649,6 +678,7 @@ class Session:
 
         self.e2e.extend(MeasuredIteration.from_plain(r) for r in data["e2e"])
         self.user_models.extend(MeasuredIteration.from_plain(r) for r in data["user_models"])
+        self.zoo.extend((half, MeasuredIteration.from_plain(r)) for half, r in data.get("zoo", ()))
         if data["accuracy"]:
             from perfmodel.fit.fitting import OpAccuracy
 

@@ -31,6 +31,8 @@ MARKERS = {
     "collective": "a collective across MPI ranks (mpiexec -n N or --perfmodel-ranks N)",
     "stability": "gate-stability experiment: repeated E2E rounds scored with planted biases "
                  "(--perfmodel-rounds); deselected unless -m stability",
+    "zoo": "held-out model zoo: end-to-end time of one zoo model, measured against predicted, "
+           "not gated (suites/test_zoo.py); deselected unless -m names zoo",
     "perfmodel_ops(*names)": "ops whose configs parametrise `op_case` / `op_target`",
     "perfmodel_workloads(*names)": "workloads that parametrise `workload`",
 }
@@ -158,7 +160,12 @@ def _stage(item: pytest.Item) -> int:
     return -1
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if "zoo" not in (config.option.markexpr or ""):  # the zoo runs when -m names it
+        dropped = [item for item in items if item.get_closest_marker("zoo") is not None]
+        if dropped:
+            items[:] = [item for item in items if item.get_closest_marker("zoo") is None]
+            config.hook.pytest_deselected(items=dropped)
     items.sort(key=_stage)  # stable: keeps the order within a stage
     items[:] = interleave_sweep(items)
 
@@ -209,7 +216,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     pm = session.config.stash[SESSION_KEY]
     for item in session.items:
         callspec = getattr(item, "callspec", None)
-        if callspec is not None and "workload" in callspec.params:
+        if callspec is not None and "workload" in callspec.params and \
+                item.get_closest_marker("zoo") is None:
             pm.e2e_expected.add(callspec.params["workload"])
 
 
@@ -257,7 +265,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         terminalreporter.write_line(f"WARN {pm.device_unavailable}; its items were skipped",
                                     yellow=True)
         return
-    if pm is None or not (pm.accuracy or pm.e2e or pm.user_models or pm.gate.lines or pm.problems
+    if pm is None or not (pm.accuracy or pm.e2e or pm.user_models or pm.zoo or pm.gate.lines or pm.problems
                           or pm.notes or pm.wide_spread):
         return
     from pytest_perfmodel.summary import summary_lines

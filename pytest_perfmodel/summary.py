@@ -96,6 +96,8 @@ def summary_lines(pm: Session, quiet: bool = False) -> list[str]:
                 lines.append(f"  {r.workload} host since the fit: compute "
                              f"x{r.host_drift['compute']:.2f}, memory x{r.host_drift['memory']:.2f}"
                              f" (at the fit's speed {_ms(r.model_predicted_s).strip()})")
+    if pm.zoo and not quiet:
+        lines.extend(zoo_lines(pm.zoo))
     if not quiet:
         lines.extend(pm.notes)
     if pm.wide_spread:
@@ -115,6 +117,26 @@ def summary_lines(pm: Session, quiet: bool = False) -> list[str]:
     return [part for line in lines for part in (
         textwrap.wrap(line, WIDTH, subsequent_indent="     ", break_long_words=False,
                       break_on_hyphens=False) if line.startswith("WARN ") else [line])]
+
+
+def zoo_lines(zoo) -> list[str]:
+    """The zoo's table (half, measured, predicted, error, coverage by op
+    definitions and generic model, unmodelled share) and each half's geomean |error|."""
+    lines = ["", f"{'zoo model':<24}{'half':<9}{'measured':>10}{'predicted':>11}{'error':>8}"
+                 f"{'by op':>7}{'generic':>8}{'unmod':>7}"]
+    for half, r in sorted(zoo, key=lambda hr: (hr[0] != "tuning", hr[1].workload)):
+        cover = r.prediction.coverage
+        lines.append(f"{r.workload[:23]:<24}{half:<9}{_ms(r.measured.median_s):>10}"
+                     f"{_ms(r.predicted_s):>11}{_pct(r.signed_error, '+'):>8}"
+                     f"{_pct(cover.by_op if cover else None):>7}"
+                     f"{_pct(cover.by_generic if cover else None):>8}"
+                     f"{_pct(cover.unmodelled if cover else None):>7}")
+    for half in ("tuning", "scoring"):
+        errors = [r.error for h, r in zoo if h == half and r.error > 0]
+        if errors:
+            lines.append(f"zoo {half} half: geomean |error| {_pct(geomean(errors))}, worst "
+                         f"{_pct(max(errors))} over {len(errors)} model(s)")
+    return lines
 
 
 def geomean_lines(results, verdicts) -> list[str]:

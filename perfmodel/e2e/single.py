@@ -86,13 +86,16 @@ def capture_graph(step: Callable[[], object], out_dir: Path, name: str, device: 
 
 
 def trace_workload(name: str, step: Callable[[], object], results_dir: Path, device: str,
-                   bandwidth_B_per_s: float) -> Graph:
+                   bandwidth_B_per_s: float, teach_table: bool = True) -> Graph:
     """Capture ``step``'s trace under ``results_dir``, build its graph, and save
     its overhead samples as workload ``name``'s contribution to the table: this
     trace's gaps, and the unmodelled-node samples of its last
     :data:`~perfmodel.trace.overheads.LEAF_TRACES` traces (an unreadable earlier file is
-    kept beside it as ``<name>.json.unreadable``, with a warning)."""
+    kept beside it as ``<name>.json.unreadable``, with a warning). Without
+    ``teach_table`` the table learns nothing from it (a held-out model)."""
     graph = capture_graph(step, traces_dir(results_dir), name, device)
+    if not teach_table:
+        return graph
     path = store_paths.overhead_file(results_dir, name)
     try:
         earlier = load_samples(path) if path.is_file() else None

@@ -31,6 +31,9 @@ _REQUIRED = {
                     "replicate": int, "measurement": dict, "env": dict},
     "e2e": {"workload": str, "measured_s": float, "predicted_s": float, "error": float,
             "env": dict},
+    # a held-out zoo model's E2E record (not gated), with its half of the zoo
+    "zoo": {"workload": str, "measured_s": float, "predicted_s": float, "error": float,
+            "env": dict, "half": str},
 }
 
 

@@ -21,9 +21,9 @@ from perfmodel.workloads.hf import HFGPT2Config
 from perfmodel.workloads.mlp import MLPConfig
 from perfmodel.workloads.transformer import TransformerConfig
 
-__all__ = ["MULTIRANK_WORKLOADS", "WORKLOADS", "TrainingStep", "WorkloadConfig",
+__all__ = ["MULTIRANK_WORKLOADS", "WORKLOADS", "ZOO_WORKLOADS", "TrainingStep", "WorkloadConfig",
            "build_workload", "check_workload", "get_multirank_workload", "get_workload",
-           "register_workload"]
+           "is_zoo", "register_workload"]
 
 _W = TypeVar("_W")
 
@@ -61,6 +61,19 @@ _MULTIRANK_CONFIGS: tuple[WorkloadConfig, ...] = (
 
 #: What a ``perfmodel.workloads`` entry point may load.
 ENTRY_POINT_EXPECTS = "a workload config (see WorkloadConfig) or an iterable of them"
+
+
+def _zoo_configs() -> tuple[WorkloadConfig, ...]:
+    from perfmodel.workloads.zoo import ZOO_CONFIGS
+
+    return tuple(ZOO_CONFIGS)
+
+
+def is_zoo(config: WorkloadConfig) -> bool:
+    """Whether ``config`` is one of the held-out zoo's models
+    (:mod:`perfmodel.workloads.zoo`), which ``pytest -m zoo`` runs and the
+    project's own E2E suite and gate leave out."""
+    return any(config is z for z in _zoo_configs())
 
 
 def is_multirank(config: WorkloadConfig) -> bool:
@@ -102,13 +115,18 @@ def _workload_definitions(obj: Any) -> list[WorkloadConfig]:
 
 #: Every workload config, single- and multi-rank, filled on the first lookup.
 ALL_WORKLOADS: Registry[WorkloadConfig] = Registry(
-    "workload", "perfmodel.workloads", lambda: _CONFIGS + _MULTIRANK_CONFIGS,
+    "workload", "perfmodel.workloads", lambda: _CONFIGS + _MULTIRANK_CONFIGS + _zoo_configs(),
     _workload_definitions, lambda cfg: cfg.name)
 
-#: Named workload configs that ``pytest -m e2e`` and the CLI know (built-in,
-#: from entry points and registered); a read-only mapping.
+#: Named single-rank workload configs that ``pytest -m e2e`` gates and the CLI
+#: knows (built-in, from entry points and registered); a read-only mapping.
 WORKLOADS: RegistryView[WorkloadConfig] = RegistryView(
-    ALL_WORKLOADS, lambda cfg: not is_multirank(cfg), "workload")
+    ALL_WORKLOADS, lambda cfg: not is_multirank(cfg) and not is_zoo(cfg), "workload")
+
+#: The held-out model zoo (:mod:`perfmodel.workloads.zoo`): single-rank models
+#: the op definitions and overhead table were not tuned on; ``pytest -m zoo``
+#: runs them (``suites/test_zoo.py``), the CLI knows them, the gate does not.
+ZOO_WORKLOADS: RegistryView[WorkloadConfig] = RegistryView(ALL_WORKLOADS, is_zoo, "zoo model")
 
 #: Workloads that run on several ranks: their configs have ``needs_process_group``
 #: (building needs torch.distributed initialised) and ``world_sizes``; see
@@ -135,7 +153,10 @@ SIZES = ("registered", "tiny", "full")
 
 
 def get_workload(name: str) -> WorkloadConfig:
-    """The config of workload ``name``; ValueError listing the known ones otherwise."""
+    """The config of single-rank workload or zoo model ``name``; ValueError
+    listing the known workloads otherwise."""
+    if name in ZOO_WORKLOADS:
+        return ZOO_WORKLOADS[name]
     return WORKLOADS.lookup(name)
 
 
