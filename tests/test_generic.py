@@ -151,17 +151,17 @@ def test_replay_cases_keep_parts_and_old_cases_still_load(tmp_path):
     from perfmodel.trace.graph import Graph, Task
 
     task = Task("unmodelled", "aten::pow", "unmodelled", bytes=32.0, measured_s=1e-5,
-                parts={"pointwise": [1, 32.0]})
+                parts={"pointwise": [1, 32.0]}, launch_gaps=(2e-6, 1e-6))
     data = _minimal_case(Graph([task], 1e-5))
     plain = case_to_plain(case_from_plain(data))
-    assert plain["graphs"][0]["tasks"][0][-1] == {"pointwise": [1, 32.0]}
+    assert plain["graphs"][0]["tasks"][0][-2:] == [{"pointwise": [1, 32.0]}, [2e-6, 1e-6]]
     old = _minimal_case(Graph([task], 1e-5))
     old["schema"] = 1
-    old["graphs"][0]["task_fields"] = old["graphs"][0]["task_fields"][:-1]
-    old["graphs"][0]["tasks"] = [row[:-1] for row in old["graphs"][0]["tasks"]]
+    old["graphs"][0]["task_fields"] = old["graphs"][0]["task_fields"][:-2]
+    old["graphs"][0]["tasks"] = [row[:-2] for row in old["graphs"][0]["tasks"]]
     assert case_from_plain(old).graphs[0].tasks[0].parts == {}
     bad = _minimal_case(Graph([task], 1e-5))
-    bad["graphs"][0]["tasks"][0][-1] = {"matmul": [1, 2.0]}
+    bad["graphs"][0]["tasks"][0][-2] = {"matmul": [1, 2.0]}
     with pytest.raises(ReplayError, match="unknown category 'matmul'"):
         case_from_plain(bad, "x.json.gz")
 

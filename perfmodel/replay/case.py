@@ -43,14 +43,15 @@ from perfmodel.trace.parse import Kernel
 FORMAT = "perfmodel.replay-case"
 SCHEMA = 2
 #: Older schema versions this code still reads: version 1's task rows lack
-#: ``parts`` (their unmodelled tasks are priced by the overhead table alone).
+#: ``parts`` (their unmodelled tasks are priced by the overhead table alone)
+#: and ``launch_gaps``.
 READS_SCHEMAS = (1, 2)
 #: The columns of a task row, in order (the fields of :class:`Task`).
 TASK_FIELDS = ("kind", "name", "family", "op", "direction", "dtype", "params", "bytes",
                "measured_s", "waited_s", "region", "inputs", "outputs", "kernels", "sync",
-               "n_nodes", "parts")
+               "n_nodes", "parts", "launch_gaps")
 #: The task columns of schema version 1.
-TASK_FIELDS_V1 = TASK_FIELDS[:-1]
+TASK_FIELDS_V1 = TASK_FIELDS[:-2]
 #: The columns of a kernel row (the fields of :class:`Kernel`).
 KERNEL_FIELDS = ("name", "stream", "ts_s", "dur_s", "launch_ts_s", "launch_dur_s")
 #: Largest decompressed case read (B): a bigger one is refused, not parsed.
@@ -158,7 +159,8 @@ def _task_row(task: Task) -> list:
             list(task.inputs), list(task.outputs),
             [[k.name, k.stream, _float(k.ts_s), _float(k.dur_s), _float(k.launch_ts_s),
               _float(k.launch_dur_s)] for k in task.kernels], task.sync, task.n_nodes,
-            {cat: [int(n), float(b)] for cat, (n, b) in sorted(task.parts.items())}]
+            {cat: [int(n), float(b)] for cat, (n, b) in sorted(task.parts.items())},
+            None if task.launch_gaps is None else [float(g) for g in task.launch_gaps]]
 
 
 def graph_to_plain(graph: Graph) -> dict:
@@ -278,7 +280,7 @@ def _task(r: _Reader, row: Any, where: str, columns: int = len(TASK_FIELDS)) -> 
         r.fail(where, f"{len(row)} columns, expected {columns}")
     (kind, name, family, op, direction, dtype, params, nbytes, measured_s, waited_s, region,
      inputs, outputs, kernels, sync, n_nodes) = row[:len(TASK_FIELDS_V1)]
-    parts = row[len(TASK_FIELDS_V1)] if columns > len(TASK_FIELDS_V1) else {}
+    parts, gaps = row[len(TASK_FIELDS_V1):] if columns > len(TASK_FIELDS_V1) else ({}, None)
     if params is not None:
         r.mapping(params, f"{where}.params")
         params = {k: r.integer(v, f"{where}.params.{k}") for k, v in params.items()}
@@ -297,7 +299,15 @@ def _task(r: _Reader, row: Any, where: str, columns: int = len(TASK_FIELDS)) -> 
                          for i, k in enumerate(r.array(kernels, f"{where}.kernels"))],
                 sync=r.boolean(sync, f"{where}.sync"),
                 n_nodes=r.integer(n_nodes, f"{where}.n_nodes"),
-                parts=_parts(r, parts, f"{where}.parts"))
+                parts=_parts(r, parts, f"{where}.parts"),
+                launch_gaps=None if gaps is None else _launch_gaps(r, gaps, f"{where}.launch_gaps"))
+
+
+def _launch_gaps(r: _Reader, gaps: Any, where: str) -> tuple[float, float]:
+    r.array(gaps, where)
+    if len(gaps) != 2:
+        r.fail(where, "expected [to first launch, after last launch]")
+    return r.number(gaps[0], f"{where}[0]"), r.number(gaps[1], f"{where}[1]")
 
 
 def _parts(r: _Reader, parts: Any, where: str) -> dict[str, list]:

@@ -7,11 +7,16 @@ as the GPU campaign brings them back) can be rebuilt without the device: each
 single-rank case gets the graph of its traces, and its workload's overhead
 samples are written again from that graph. The measured times, environment and
 config stay as captured. A case whose traces are missing is left as it is.
+Traces committed xz-compressed (``<file>.xz``, as the campaign packs them) are
+read through a temporary folder.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import lzma
+import shutil
+import tempfile
 from pathlib import Path
 
 from perfmodel.replay.case import load_case, save_case
@@ -24,6 +29,22 @@ from perfmodel.trace.parse import load_trace
 def retrace_device(device_dir: Path) -> list[tuple[str, str]]:
     """Rebuild every single-rank replay case of ``device_dir`` (and its overhead
     samples) from its raw traces; (workload, what was done) per case."""
+    with tempfile.TemporaryDirectory(prefix="perfmodel-retrace-") as tmp:
+        return _retrace(device_dir, Path(tmp))
+
+
+def _unpacked(path: Path, tmp: Path) -> Path:
+    """``path``, or its ``.xz`` copy decompressed under ``tmp`` when only that exists."""
+    packed = path.with_name(path.name + ".xz")
+    if path.is_file() or not packed.is_file():
+        return path
+    out = tmp / path.name
+    with lzma.open(packed) as src, open(out, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return out
+
+
+def _retrace(device_dir: Path, tmp: Path) -> list[tuple[str, str]]:
     done = []
     traces = paths.traces_dir(device_dir)
     for workload, path in paths.replay_files(device_dir).items():
@@ -31,7 +52,7 @@ def retrace_device(device_dir: Path) -> list[tuple[str, str]]:
         if len(case.graphs) != 1:
             done.append((workload, "left as it is: a multi-rank case"))
             continue
-        et, kineto, calibration = paths.trace_files(traces, workload)
+        et, kineto, calibration = (_unpacked(f, tmp) for f in paths.trace_files(traces, workload))
         if not et.is_file():
             done.append((workload, f"left as it is: no raw trace {et}"))
             continue

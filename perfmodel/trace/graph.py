@@ -76,6 +76,9 @@ class Task:
     #: :mod:`perfmodel.trace.categories`), which the generic model prices when
     #: no op predictor does
     parts: dict = field(default_factory=dict)
+    #: CUDA: host seconds from the node's start to its first kernel launch and
+    #: from its last launch's end to its own end (None without kernels or times)
+    launch_gaps: tuple[float, float] | None = None
 
 
 @dataclass
@@ -341,7 +344,7 @@ class _Planner:
                     outputs=tuple(node.tensor_ids("outputs")),
                     kernels=[k for n in node.walk() for k in n.kernels],
                     sync=_is_sync(node), n_nodes=sum(1 for _ in node.walk()),
-                    parts=node_parts(node), **kw)
+                    parts=node_parts(node), launch_gaps=launch_gaps(node), **kw)
 
 
 def node_parts(node: TraceNode) -> dict[str, list]:
@@ -360,6 +363,18 @@ def node_parts(node: TraceNode) -> dict[str, list]:
         if cat is not None:
             add_part(parts, cat, tensor_bytes(node))
     return parts
+
+
+def launch_gaps(node: TraceNode) -> tuple[float, float] | None:
+    """(s from ``node``'s start to its first kernel launch, s from its last
+    launch's end to its end), both floored at 0; None when its subtree launched
+    no kernel or it is untimed."""
+    kernels = [k for n in node.walk() for k in n.kernels]
+    if not kernels or node.ts_s is None or node.end_s is None:
+        return None
+    first = min(k.launch_ts_s for k in kernels)
+    last = max(k.launch_ts_s + k.launch_dur_s for k in kernels)
+    return max(0.0, first - node.ts_s), max(0.0, node.end_s - last)
 
 
 def _gap(start: float | None, end: float | None) -> float | None:

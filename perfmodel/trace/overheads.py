@@ -11,7 +11,8 @@ Taxonomy (after the seed work's T1-T5), keys of :attr:`OverheadTable.gaps`:
 - ``T4``: one kernel launch (the runtime call), CUDA traces only;
 - ``T5``: the gap between consecutive launches of one op, CUDA traces only;
 - ``T2.launch`` / ``T3.launch``: op start to first launch, last launch to op
-  end, CUDA traces only.
+  end, CUDA traces only (from each op task's ``launch_gaps``, less the
+  profiler's cost of one op).
 
 Unmodelled nodes are priced per name by a line ``a + b·bytes`` (seconds,
 bytes of the distinct tensors the node reads and writes), fitted by least
@@ -105,7 +106,10 @@ def samples_from_graph(workload: str, graph: Graph, bandwidth_B_per_s: float) ->
             continue
         if task.kind == "overhead":
             _add(out.gaps, task.name, _gap_s(task, delta))
-        elif task.kind == "unmodelled":
+        elif task.kind == "op" and task.launch_gaps is not None:
+            for key, gap in zip(("T2.launch", "T3.launch"), task.launch_gaps):
+                _add(out.gaps, key, max(0.0, gap - delta))
+        if task.kind == "unmodelled":
             out.leaf.setdefault(task.name, []).append(
                 (max(0.0, task.measured_s - task.waited_s - delta * task.n_nodes), task.bytes))
         for i, kernel in enumerate(task.kernels):
