@@ -171,3 +171,17 @@ def _minimal_case(graph):
 
     return case_to_plain(ReplayCase("w", "cpu-x", False, 1e10, 1, [graph],
                                     MeasuredTiming(1e-5, 1e-7, 5, 1), {}, {}, None, {}))
+
+
+def test_launch_gaps_teach_the_table_its_launch_overheads():
+    from perfmodel.trace.graph import Graph, Task
+    from perfmodel.trace.overheads import samples_from_graph, table_from_samples
+
+    tasks = [Task("op", "aten::addmm", "gemm", op="addmm", direction="forward",
+                  measured_s=5e-5, launch_gaps=(t2, 3e-6)) for t2 in (1e-5, 2e-5, 3e-5)]
+    graph = Graph(tasks, 2e-4, profiler_overhead_s=1e-6)
+    samples = samples_from_graph("w", graph, 1e12)
+    assert samples.gaps["T2.launch"] == pytest.approx([9e-6, 19e-6, 29e-6])
+    table = table_from_samples([samples], 1e12)
+    assert table.gap("T2.launch") == pytest.approx(19e-6)
+    assert table.gap("T3.launch") == pytest.approx(2e-6)
