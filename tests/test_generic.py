@@ -185,3 +185,19 @@ def test_launch_gaps_teach_the_table_its_launch_overheads():
     table = table_from_samples([samples], 1e12)
     assert table.gap("T2.launch") == pytest.approx(19e-6)
     assert table.gap("T3.launch") == pytest.approx(2e-6)
+
+
+def test_contributors_rank_the_categories_by_their_share_of_the_error():
+    from perfmodel.e2e.result import IterationTiming, MeasuredIteration
+    from perfmodel.simulate.result import IterationPrediction
+
+    prediction = IterationPrediction(0.012, {"gemm": 0.008, "generic": 0.001,
+                                             "host overhead": 0.003})
+    result = MeasuredIteration("m", IterationTiming(0.010, 1e-4, 10, 1, 100.0), prediction,
+                               traced_breakdown_s={"gemm": 0.006, "generic": 0.0015,
+                                                   "host overhead": 0.0025})
+    rows = result.contributors()
+    assert [r[0] for r in rows] == ["gemm", "generic", "host overhead"] or \
+        [r[0] for r in rows] == ["gemm", "host overhead", "generic"]
+    assert rows[0] == pytest.approx(("gemm", 0.008, 0.006, 0.2))
+    assert sum(r[3] for r in rows) == pytest.approx((0.012 - 0.010) / 0.010)

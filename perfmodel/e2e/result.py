@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
+from perfmodel.simulate.predict import generic_priced
 from perfmodel.simulate.result import IterationPrediction, measured_line, traced_seconds
 
 if TYPE_CHECKING:
@@ -156,6 +157,25 @@ class MeasuredIteration:
             return None
         return abs(self.predicted_own_s - self.measured.median_s) / self.measured.median_s
 
+    def contributors(self) -> list[tuple[str, float, float, float]]:
+        """Where the error comes from: per category (op family, ``generic``,
+        ``host overhead``, ``unmodelled``, ...), ``(category, predicted s, traced
+        s, contribution)``, the contribution being (predicted - traced) /
+        measured iteration, largest in size first. Predicted and traced seconds
+        count the same tasks (:func:`traced_breakdown`); the rest of the error is
+        the schedule and the trace's own distance from the measured time. Empty
+        when not measured or without a traced breakdown."""
+        traced = self.traced_breakdown_s
+        if traced is None and self.graph is not None:
+            traced = traced_breakdown(self.graph)
+        measured = self.measured.median_s
+        if not traced or not measured or measured != measured:
+            return []
+        rows = [(cat, self.breakdown_s.get(cat, 0.0), traced.get(cat, 0.0),
+                 (self.breakdown_s.get(cat, 0.0) - traced.get(cat, 0.0)) / measured)
+                for cat in sorted(set(traced) | set(self.breakdown_s))]
+        return sorted(rows, key=lambda r: -abs(r[3]))
+
     def lines(self) -> list[str]:
         """What ``perfmodel predict --measure`` prints: the prediction's lines
         (:meth:`IterationPrediction.lines`) with the measured time and error."""
@@ -234,9 +254,13 @@ class MeasuredIteration:
 def traced_breakdown(graph: Graph) -> dict[str, float]:
     """Traced seconds per category of ``graph``, keyed as
     :attr:`IterationPrediction.breakdown_s` is: device time of kernels where the
-    task has them, host time otherwise (profiler overhead included)."""
+    task has them, host time otherwise (profiler overhead included); an
+    unmodelled node the generic model prices counts as ``generic``."""
+    on_device = any(task.kernels for task in graph.tasks)
     out: dict[str, float] = {}
     for task in graph.tasks:
         key = {"overhead": "host overhead", "unmodelled": "unmodelled"}.get(task.kind, task.family)
+        if task.kind == "unmodelled" and generic_priced(task, on_device):
+            key = "generic"
         out[key] = out.get(key, 0.0) + traced_seconds(task)
     return dict(sorted(out.items()))
