@@ -4,4 +4,4 @@ import pytest
 
 from pytest_perfmodel.suite import test_accuracy, test_microbench  # noqa: F401
 
-pytestmark = pytest.mark.perfmodel_ops("addmm", "linear", "bmm")
+pytestmark = pytest.mark.perfmodel_ops("addmm", "linear", "mm", "bmm", "baddbmm")

@@ -5,4 +5,5 @@ import pytest
 from pytest_perfmodel.suite import test_accuracy, test_microbench  # noqa: F401
 
 pytestmark = pytest.mark.perfmodel_ops(
-    "sgd_foreach", "sgd_fused", "adam_foreach", "adam_fused", "adamw_foreach", "adamw_fused")
+    "sgd_foreach", "sgd_fused", "sgd_single", "sgd_plain_single", "adam_foreach", "adam_fused",
+    "adam_single", "adamw_foreach", "adamw_fused", "adamw_single")

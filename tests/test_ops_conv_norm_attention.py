@@ -230,3 +230,13 @@ def test_sdpa_trace_shapes_map_back_to_the_shape_params(data):
     assert op.params_from_shapes([q, q, q, [p["S"], p["S"]]]) is None  # explicit mask
     assert op.params_from_shapes([q, q[:2] + [p["S"] + 1, p["DH"]], q]) is None  # cross-attn
     assert op.params_from_shapes([q[:3]] * 3) is None
+
+
+def test_sdpa_maps_grouped_query_attention_to_the_query_heads():
+    op = get_op("sdpa")
+    q, kv = [2, 8, 128, 64], [2, 2, 128, 64]
+    assert op.params_from_shapes([q, kv, kv, [], [], [], [], []]) == \
+        {"B": 2, "H": 8, "S": 128, "DH": 64}
+    assert op.params_from_shapes([q, [2, 3, 128, 64], [2, 3, 128, 64]]) is None  # 8 % 3
+    assert op.params_from_shapes([q, kv, [2, 2, 128, 32]]) is None  # k and v differ
+    assert op.params_from_shapes([q, [2, 2, 64, 64], [2, 2, 64, 64]]) is None  # cross-attention

@@ -18,7 +18,7 @@ from perfmodel.registry import BUILTIN, Registry, expand
 #: Modules under ``perfmodel/ops/`` that define the built-in ops, imported on the
 #: registry's first lookup.
 FAMILY_MODULES = ("gemm", "embedding", "conv", "norm", "elementwise", "memory", "attention",
-                  "optim", "collective")
+                  "optim", "collective", "indexing", "pooling", "rnn")
 
 #: What a ``perfmodel.ops`` entry point may load.
 ENTRY_POINT_EXPECTS = "an OpDef instance, an OpDef subclass, or an iterable of them"

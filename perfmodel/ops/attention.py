@@ -105,13 +105,17 @@ class Sdpa(OpDef):
 
         ``CAUSAL`` is a bool argument, absent from shapes, so it is *not* in
         the result: the caller adds it from the node's concrete arguments.
-        None unless q, k and v are equal 4-D shapes (self-attention) with no
-        explicit mask.
+        None unless q, k and v are 4-D shapes of self-attention with no explicit
+        mask: equal, or (grouped-query attention, ``enable_gqa``) k and v equal
+        with fewer heads that divide q's, priced as q's heads (the FLOPs are
+        q's; k and v are read once per group).
         """
         if len(input_shapes) < 3:
             return None
         q, k, v = (list(s) for s in input_shapes[:3])
-        if len(q) != 4 or q != k or q != v or min(q) < 1:
+        if len(q) != 4 or len(k) != 4 or k != v or min(q) < 1 or min(k) < 1:
+            return None
+        if q != k and not (q[0] == k[0] and q[2:] == k[2:] and q[1] % k[1] == 0):
             return None
         if len(input_shapes) > 3 and list(input_shapes[3]):
             return None

@@ -79,6 +79,9 @@ class OpDef:
     #: config as at their defaults (its feature rows leave them out), until the
     #: next sweep measures them and refits.
     added_params: tuple[str, ...] = ()
+    #: Whether a trace node of this op may have no floating-point input (a bool
+    #: mask): such a node is priced in the op's first dtype.
+    untyped_input: bool = False
     #: Names of :meth:`extra_features`, appended to the shape features.
     extra_feature_names: tuple[str, ...] = ()
     #: Params along which FLOPs and bytes never shrink (all of them unless a

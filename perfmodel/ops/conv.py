@@ -1,4 +1,5 @@
-"""Convolution family: ``conv2d`` and ``conv1d`` (forward and backward).
+"""Convolution family: ``conv2d`` and ``conv1d``, and the transposed
+``conv_transpose2d`` and ``conv_transpose1d`` (forward and backward).
 
 Config params: ``N`` batch, ``C`` input channels, spatial size (``H``, ``W``
 or ``L``), ``K`` output channels, ``R`` kernel size (square for 2-D),
@@ -13,6 +14,12 @@ saved (:attr:`~perfmodel.ops.base.OpDef.added_params`): those fits price every
 conv as with a bias.
 Generated configs always have ``C`` and ``K`` divisible by ``GROUPS`` and an
 output size of at least 1.
+
+The transposed convs add ``OUTPAD`` (``output_padding``); their weight is
+C×(K/GROUPS)×R^d. A trace shows them as ``aten::conv_transpose<n>d`` over the
+same ``aten::convolution`` node that a conv runs, with its ``transposed`` flag
+set (:func:`transposed_flag`), and the same ``ConvolutionBackward0``: the convs
+refuse a transposed node, and the transposed ones a plain one.
 """
 
 from __future__ import annotations
@@ -21,8 +28,8 @@ import math
 import random
 from typing import Mapping
 
-from perfmodel.ops.base import (DTYPE_BYTES, GRAD_INPUT_EVERY, OpDef, log_uniform_ints,
-                                sample_configs, torch_dtype)
+from perfmodel.ops.base import (DTYPE_BYTES, GRAD_INPUT_EVERY, OpDef, check_profile,
+                                log_uniform_ints, sample_configs, torch_dtype)
 
 #: Configs per profile (``conv2d``; ``conv1d``, which no CNN workload uses, takes
 #: :data:`_CONV1D_SHARE` of them) and the largest forward FLOP count of one call.
@@ -72,6 +79,22 @@ def _bias(profile: str, n: int) -> int:
     ``gpu`` profile; the others keep the bias their configs always had (drawn
     without touching the random stream, so their shapes stay as they were)."""
     return n % 2 if profile == "gpu" else 1
+
+
+#: Where the ``transposed`` flag is among the arguments of the generic conv nodes.
+_TRANSPOSED_ARG = {"aten::convolution": 6, "aten::_convolution": 6,
+                   "aten::convolution_backward": 7}
+
+
+def transposed_flag(node) -> bool | None:
+    """The ``transposed`` argument of an ``aten::convolution``, ``aten::_convolution``
+    or ``aten::convolution_backward`` node; None for other nodes (their name says
+    which kind they are) or when the trace lacks it."""
+    index = _TRANSPOSED_ARG.get(node.name)
+    values = node.input_values
+    if index is None or len(values) <= index or not isinstance(values[index], bool):
+        return None
+    return values[index]
 
 
 def _valid(cfg: Mapping[str, int], spatial: tuple[str, ...]) -> bool:
@@ -256,10 +279,11 @@ class _Conv(OpDef):
     def params_from_node(self, node):
         """The shapes' params plus ``STRIDE``, ``PAD`` and ``DIL``: the first
         three int-list arguments (``aten::conv<n>d`` and ``aten::convolution``
-        order). None when one is not the same in every spatial dim, or when the
-        padding is a string (``"same"``)."""
+        order). None when one is not the same in every spatial dim, when the
+        padding is a string (``"same"``), or for a transposed convolution (the
+        ``transposed`` flag of ``aten::convolution``: see :class:`ConvTranspose2d`)."""
         params = self.params_from_shapes(node.input_shapes)
-        if params is None:
+        if params is None or transposed_flag(node):
             return None
         lists = [v for t, v in zip(node.input_types, node.input_values)
                  if str(t).startswith("GenericList[Int") and isinstance(v, list)]
@@ -312,4 +336,220 @@ class Conv1d(_Conv):
                    "aten::convolution_backward")
 
 
-OPS = (Conv2d(), Conv1d())
+#: Transposed-conv configs per profile (``smoke``: the four tiny float32 configs a
+#: fit needs to score an op) and the largest forward FLOP count of one call.
+_T_CONFIGS = {"smoke": 4, "quick": 16, "gpu": 16, "full": 400}
+_T_MAX_FLOPS = {"smoke": 2e6, "quick": 2e8, "gpu": 2e10, "full": 2e10}
+#: Output elements of one call, at most, per profile.
+_T_MAX_OUTPUT_ELEMENTS = {"smoke": 8192, "quick": 1 << 22, "gpu": 1 << 27, "full": 1 << 27}
+#: Every this-many-th transposed-conv config is grouped.
+_T_GROUPED_EVERY = 6
+
+
+def transposed_out_size(size: int, r: int, stride: int, pad: int, outpad: int, dil: int) -> int:
+    """Output length of one spatial dim of a transposed conv (elements), clamped
+    to at least 1 so the work formulas accept any positive ints."""
+    return max(1, (size - 1) * stride - 2 * pad + dil * (r - 1) + outpad + 1)
+
+
+class _ConvTranspose(_Conv):
+    """A transposed conv (``nn.ConvTranspose<n>d``): an N×C×spatial input and a
+    C×(K/GROUPS)×R^d weight; ``OUTPAD`` (``output_padding``) adds to one side of
+    the output. Each input element scatters into K/GROUPS × R^d outputs, so it has
+    the multiply-accumulates of the conv whose backward-data it is; its backward
+    runs the same ``convolution_backward`` node as a conv's (``ConvolutionBackward0``),
+    told apart by its ``transposed`` flag."""
+
+    #: no fit predates these ops
+    param_defaults: dict[str, int] = {}
+    added_params: tuple[str, ...] = ()
+    #: (R, STRIDE, PAD, OUTPAD) cycled through, as networks set them.
+    windows: tuple[tuple[int, int, int, int], ...] = ()
+    #: The transposed conv of ``torch.nn.functional``.
+    function = ""
+
+    def cases(self, profile):
+        """As :meth:`OpDef.cases`; ``smoke`` keeps float32 only (a pipeline check)."""
+        cases = super().cases(check_profile(profile))
+        return [c for c in cases if c.dtype == "float32"] if profile == "smoke" else cases
+
+    # -- shape space -------------------------------------------------------
+    def valid(self, cfg: Mapping[str, int]) -> bool:
+        """PyTorch's limits: channels divisible by ``GROUPS``, ``OUTPAD`` below
+        the stride or the dilation, and an output of at least one element."""
+        g = cfg["GROUPS"]
+        if cfg["C"] % g or cfg["K"] % g or cfg["OUTPAD"] >= max(cfg["STRIDE"], cfg["DIL"]):
+            return False
+        return all((cfg[s] - 1) * cfg["STRIDE"] - 2 * cfg["PAD"] + cfg["DIL"] * (cfg["R"] - 1)
+                   + cfg["OUTPAD"] >= 0 for s in self.spatial)
+
+    def generate_configs(self, profile):
+        count = _T_CONFIGS[profile]
+        configs = sample_configs(
+            f"{self.name}-{profile}", self.params, count,
+            lambda rng, n: self._draw_transposed(rng, profile, n),
+            lambda c: self.valid(c) and self.flops(c, "forward") <= _T_MAX_FLOPS[profile]
+            and _MIN_INPUT_ELEMENTS[profile] <= self._sizes(c)[0] <= _MAX_INPUT_ELEMENTS[profile]
+            and self._sizes(c)[2] <= _T_MAX_OUTPUT_ELEMENTS[profile])
+        return sorted(configs, key=lambda c: self.flops(c, "forward"))
+
+    def _draw_transposed(self, rng: random.Random, profile: str, n: int) -> dict[str, int]:
+        """One candidate config: the ``n``-th window of :attr:`windows`, dense
+        (every :data:`_T_GROUPED_EVERY`-th grouped), half with a bias; the input
+        side drawn log-uniformly from 1 (a generator's first layer projects a
+        1×1 input)."""
+        top = _MAX_CHANNELS[profile]
+        m = _ALIGN if rng.random() < _ALIGNED else 1
+        g = rng.choice((2, 4, 8)) if n % _T_GROUPED_EVERY == _T_GROUPED_EVERY - 1 else 1
+        c = g * log_uniform_ints(rng, max(1, m // g), max(1, top // g), multiple=max(1, m // g))
+        k = g * log_uniform_ints(rng, max(1, m // g), max(1, top // g), multiple=max(1, m // g))
+        r, stride, pad, outpad = self.windows[n % len(self.windows)]
+        cfg = {"N": log_uniform_ints(rng, 1, _MAX_BATCH[profile]), "C": c, "K": k, "R": r,
+               "STRIDE": stride, "PAD": pad, "OUTPAD": outpad, "DIL": 1, "GROUPS": g,
+               "GRAD_INPUT": int(rng.random() >= 1 / GRAD_INPUT_EVERY), "BIAS": n % 2}
+        top = self.max_spatial[profile]
+        side = log_uniform_ints(rng, 1, top)
+        square = rng.random() < _SQUARE
+        for s in self.spatial:
+            aspect = 1.0 if square else 2 ** rng.uniform(-1.5, 1.5)
+            cfg[s] = max(1, min(top, round(side * aspect)))
+        return cfg
+
+    # -- running -----------------------------------------------------------
+    def make_runner(self, params, dtype, direction, device):
+        import torch
+
+        p = params
+        if not self.valid(p):
+            raise ValueError(f"{self.name} cannot run {dict(p)}")
+        t = dict(dtype=torch_dtype(dtype), device=device)
+        grad = direction == "backward"
+        x = torch.randn(p["N"], p["C"], *(p[s] for s in self.spatial),
+                        requires_grad=grad and p["GRAD_INPUT"] == 1, **t)
+        w = torch.randn(p["C"], p["K"] // p["GROUPS"], *(p["R"] for _ in self.spatial),
+                        requires_grad=grad, **t)
+        b = torch.randn(p["K"], requires_grad=grad, **t) if p["BIAS"] else None
+        conv = getattr(torch.nn.functional, self.function)
+        kw = dict(stride=p["STRIDE"], padding=p["PAD"], output_padding=p["OUTPAD"],
+                  groups=p["GROUPS"], dilation=p["DIL"])
+        if not grad:
+            return lambda: conv(x, w, b, **kw)
+        out = conv(x, w, b, **kw)
+        grad_out = torch.randn_like(out)
+        wrt = tuple(v for v in (x, w, b) if v is not None and v.requires_grad)
+        return lambda: torch.autograd.grad(out, wrt, grad_out, retain_graph=True)
+
+    # -- analytic work -----------------------------------------------------
+    def _sizes(self, p):
+        """(input, weight, output elements, multiply-accumulates) of one call:
+        every input element meets K/GROUPS × R^d weights. Output sizes are
+        clamped to at least 1 (:func:`transposed_out_size`)."""
+        outs = math.prod(transposed_out_size(p[s], p["R"], p["STRIDE"], p["PAD"], p["OUTPAD"],
+                                             p["DIL"]) for s in self.spatial)
+        k_per_group = p["K"] / p["GROUPS"]
+        kernel = p["R"] ** len(self.spatial)
+        inp = float(p["N"] * p["C"] * math.prod(p[s] for s in self.spatial))
+        weight = p["C"] * k_per_group * kernel
+        out = float(p["N"] * p["K"] * outs)
+        return inp, weight, out, inp * k_per_group * kernel
+
+    # -- trace mapping -----------------------------------------------------
+    def params_from_shapes(self, input_shapes, groups: int | None = None):
+        """Params the shapes ``[input, weight, bias?, ...]`` determine: ``N``,
+        ``C``, spatial sizes, ``R``, ``K`` (``GROUPS × weight[1]``) and ``BIAS``.
+        ``groups`` is the node's argument; without it, the bias (of K) tells it,
+        else it is taken as 1. ``STRIDE``, ``PAD``, ``OUTPAD`` and ``DIL`` are
+        scalar arguments: the caller adds them. None for another rank, a
+        non-square kernel or inconsistent channel counts."""
+        rank = len(self.spatial) + 2
+        if len(input_shapes) < 2:
+            return None
+        x, w = list(input_shapes[0]), list(input_shapes[1])
+        if len(x) != rank or len(w) != rank or min(x + w) < 1 or x[1] != w[0]:
+            return None
+        kernel = w[2:]
+        if any(r != kernel[0] for r in kernel):
+            return None
+        bias = list(input_shapes[2]) if len(input_shapes) > 2 else []
+        if len(bias) > 1 or (bias and bias[0] < 1):
+            return None
+        if groups is None:
+            groups = bias[0] // w[1] if bias and bias[0] % w[1] == 0 else 1
+        k = groups * w[1]
+        if groups < 1 or x[1] % groups or bias not in ([], [k]):
+            return None
+        out = {"N": x[0], "C": x[1], "K": k, "R": kernel[0], "GROUPS": groups, "GRAD_INPUT": 1,
+               "BIAS": int(bool(bias))}
+        out.update(zip(self.spatial, x[2:]))
+        return out
+
+    def params_from_node(self, node):
+        """The shapes' params plus ``STRIDE``, ``PAD``, ``OUTPAD``, ``DIL`` and
+        ``GROUPS`` from the arguments: of ``aten::conv_transpose<n>d`` (stride,
+        padding, output_padding, groups, dilation) or of an ``aten::convolution``
+        or ``aten::_convolution`` whose ``transposed`` flag is set (stride,
+        padding, dilation, transposed, output_padding, groups). None when a
+        list is not the same in every spatial dim."""
+        values = node.input_values
+        if node.name.startswith("aten::conv_transpose"):
+            names, groups_at = ("STRIDE", "PAD", "OUTPAD", None, "DIL"), 6
+        elif transposed_flag(node):
+            names, groups_at = ("STRIDE", "PAD", "DIL", None, "OUTPAD"), 8
+        else:
+            return None
+        if len(values) <= groups_at or not isinstance(values[groups_at], int) \
+                or isinstance(values[groups_at], bool):
+            return None
+        params = self.params_from_shapes(node.input_shapes, groups=values[groups_at])
+        if params is None:
+            return None
+        for name, value in zip(names, values[3:8]):
+            if name is None:
+                continue
+            if not isinstance(value, list) or not value or any(
+                    not isinstance(v, int) or isinstance(v, bool) or v != value[0]
+                    for v in value):
+                return None
+            params[name] = value[0]
+        return params if self.valid(params) else None
+
+
+class ConvTranspose2d(_ConvTranspose):
+    """``torch.nn.functional.conv_transpose2d`` on an N×C×H×W input with a
+    C×(K/GROUPS)×R×R weight."""
+
+    name = "conv_transpose2d"
+    params = ("N", "C", "H", "W", "K", "R", "STRIDE", "PAD", "OUTPAD", "DIL", "GROUPS",
+              "GRAD_INPUT", "BIAS")
+    #: R, STRIDE, PAD, OUTPAD and DIL are not monotone in the config space drawn.
+    monotone_params = ("N", "C", "H", "W", "K")
+    spatial = ("H", "W")
+    function = "conv_transpose2d"
+    max_spatial = {"smoke": 8, "quick": 64, "gpu": 128, "full": 256}
+    trace_names = ("aten::conv_transpose2d", "aten::convolution", "aten::_convolution")
+    #: DCGAN's doubling (4, 2, 1) and its 1×1-to-4×4 projection (4, 1, 0), U-Net's
+    #: (2, 2, 0), (3, 2, 1) with output padding 1, stride-1 and 1×1 layers.
+    windows = ((4, 2, 1, 0), (2, 2, 0, 0), (3, 2, 1, 1), (3, 1, 1, 0), (4, 1, 0, 0),
+               (1, 1, 0, 0))
+
+
+class ConvTranspose1d(_ConvTranspose):
+    """``torch.nn.functional.conv_transpose1d`` on an N×C×L input with a
+    C×(K/GROUPS)×R weight."""
+
+    name = "conv_transpose1d"
+    params = ("N", "C", "L", "K", "R", "STRIDE", "PAD", "OUTPAD", "DIL", "GROUPS",
+              "GRAD_INPUT", "BIAS")
+    #: R, STRIDE, PAD, OUTPAD and DIL are not monotone in the config space drawn.
+    monotone_params = ("N", "C", "L", "K")
+    spatial = ("L",)
+    function = "conv_transpose1d"
+    max_spatial = {"smoke": 32, "quick": 2048, "gpu": 8192, "full": 8192}
+    trace_names = ("aten::conv_transpose1d", "aten::convolution", "aten::_convolution")
+    #: Vocoder-style upsampling (kernel twice the stride: 2, 4, 8), (2, 2, 0),
+    #: stride-1 and 1×1 layers.
+    windows = ((4, 2, 1, 0), (8, 4, 2, 0), (16, 8, 4, 0), (2, 2, 0, 0), (3, 1, 1, 0),
+               (1, 1, 0, 0))
+
+
+OPS = (Conv2d(), Conv1d(), ConvTranspose2d(), ConvTranspose1d())

@@ -1,4 +1,4 @@
-"""Elementwise family: activations, softmax, binary ops, last-dim reductions and losses.
+"""Elementwise family: activations, softmax, binary ops, last-dim reductions and scans, losses.
 
 Every op is one :class:`Elementwise` built from a row of ``_TABLE``: its torch
 function, FLOPs per element and tensors read/written per element (forward and
@@ -36,6 +36,9 @@ class _Kind:
     when autograd runs no kernel for the backward: ``add`` passes the gradient
     through and ``sum``'s gradient is an ``expand`` view.
     ``build`` says how inputs are made (see :meth:`Elementwise.make_runner`).
+    ``dim_arg``: the position of a reduction's or scan's dim among a trace
+    node's arguments (see :meth:`Elementwise.params_from_node`); None for ops
+    without one (and for ``sum`` and ``mean``, which take any dim).
     """
 
     build: str
@@ -43,6 +46,7 @@ class _Kind:
     bwd: tuple[int, int, int] | None
     per_row: tuple[int, int] = (0, 0)
     trace_names: tuple[str, ...] = ()
+    dim_arg: int | None = None
 
 
 #: The family. Unary backward reads grad_out and x (or y), writes grad_in.
@@ -51,15 +55,32 @@ _TABLE = {
     "gelu": _Kind("unary", (8, 1, 1), (12, 2, 1), trace_names=("aten::gelu",)),
     "sigmoid": _Kind("unary", (4, 1, 1), (3, 2, 1), trace_names=("aten::sigmoid",)),
     "tanh": _Kind("unary", (4, 1, 1), (3, 2, 1), trace_names=("aten::tanh",)),
+    # x * sigmoid(x); backward g * s * (1 + x * (1 - s)).
+    "silu": _Kind("unary", (5, 1, 1), (8, 2, 1), trace_names=("aten::silu", "aten::silu_")),
     # max, subtract, exp, sum, divide; backward y * (g - sum(g * y)).
     "softmax": _Kind("unary", (5, 1, 1), (4, 2, 1),
-                     trace_names=("aten::softmax", "aten::_softmax")),
+                     trace_names=("aten::softmax", "aten::_softmax", "aten::_safe_softmax")),
     "add": _Kind("binary", (1, 2, 1), None, trace_names=("aten::add", "aten::add_")),
     # backward: grad_a = g * b, grad_b = g * a.
     "mul": _Kind("binary", (1, 2, 1), (2, 3, 2), trace_names=("aten::mul",)),
     "sum": _Kind("unary", (1, 1, 0), None, (0, 1), trace_names=("aten::sum",)),
     # backward: grad.expand(...) / COLS, materialised.
     "mean": _Kind("unary", (1, 1, 0), (1, 0, 1), (1, 1), trace_names=("aten::mean",)),
+    # backward: a mask of the elements equal to the row's max, its count per
+    # row, and g * mask / count (the mask counted at the dtype's width).
+    "amax": _Kind("unary", (1, 1, 0), (3, 2, 2), (0, 1), trace_names=("aten::amax",),
+                  dim_arg=1),
+    # one pass (Welford) forward; backward 2 (x - mean(x)) g / (COLS - 1): a
+    # mean, a subtraction and a product, each a pass.
+    "var": _Kind("unary", (3, 1, 0), (3, 3, 2), (2, 1), trace_names=("aten::var",), dim_arg=1),
+    # as var, and a square root (forward) and a division (backward) per row.
+    "std": _Kind("unary", (3, 1, 0), (3, 3, 2), (3, 1), trace_names=("aten::std",), dim_arg=1),
+    # 2-norm: x * x summed, a square root per row; backward g * x / norm with
+    # the zero norms masked: a division, a masked fill and a product.
+    "norm": _Kind("unary", (2, 1, 0), (2, 3, 3), (1, 1),
+                  trace_names=("aten::linalg_vector_norm",), dim_arg=2),
+    # an inclusive scan; backward flips the gradient, scans it and flips back.
+    "cumsum": _Kind("unary", (1, 1, 1), (1, 3, 3), trace_names=("aten::cumsum",), dim_arg=1),
     # (x - t)^2 averaged to a scalar; backward 2 (x - t) g / n.
     "mse_loss": _Kind("loss", (3, 2, 0), (3, 2, 1), trace_names=("aten::mse_loss",)),
     # input must lie in (0, 1): made with a sigmoid.
@@ -81,6 +102,10 @@ def _function(name: str) -> Callable:
 
     return {
         "relu": torch.relu, "gelu": F.gelu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+        "silu": F.silu, "amax": lambda x: torch.amax(x, dim=-1),
+        "var": lambda x: torch.var(x, dim=-1), "std": lambda x: torch.std(x, dim=-1),
+        "norm": lambda x: torch.linalg.vector_norm(x, dim=-1),
+        "cumsum": lambda x: torch.cumsum(x, dim=-1),
         "softmax": lambda x: torch.softmax(x, dim=-1), "add": torch.add, "mul": torch.mul,
         "sum": lambda x: torch.sum(x, dim=-1), "mean": lambda x: torch.mean(x, dim=-1),
         "mse_loss": F.mse_loss, "binary_cross_entropy": F.binary_cross_entropy,
@@ -91,7 +116,7 @@ def _function(name: str) -> Callable:
 
 class Elementwise(OpDef):
     """One op of ``_TABLE`` over a ``ROWS×COLS`` input (``BATCH×CLASSES`` for
-    ``cross_entropy``); reductions, softmax and losses work along the last dim,
+    ``cross_entropy``); reductions, scans, softmax and losses work along the last dim,
     losses with ``reduction="mean"``."""
 
     family = "elementwise"
@@ -193,6 +218,36 @@ class Elementwise(OpDef):
         if rows < 1 or cols < 1:
             return None
         return {self.params[0]: rows, self.params[1]: cols}
+
+    def params_from_node(self, node):
+        """As :meth:`params_from_shapes`; an op with a ``dim_arg`` also reads its
+        dims: the trailing dims (``-1``, ``[-1]``, ``[-2, -1]``, ...) read as
+        above, every dim (``None``, ``[]``, or absent or a bool, as in
+        ``var(x, unbiased)``) as one row of all the elements, any other as not
+        this op. ``norm`` is the 2-norm only."""
+        params = self.params_from_shapes(node.input_shapes)
+        position = self.kind.dim_arg
+        if params is None or position is None:
+            return params
+        values = node.input_values
+        if self.name == "norm" and (len(values) < 2 or values[1] not in (2, 2.0)
+                                    or isinstance(values[1], bool)):
+            return None
+        ndim = len(node.input_shapes[0])
+        dims = values[position] if len(values) > position else None
+        if dims in (None, "<None>", []) or isinstance(dims, bool):
+            return None if self.name == "cumsum" else \
+                {self.params[0]: 1, self.params[1]: params[self.params[0]] * params[self.params[1]]}
+        dims = [dims] if isinstance(dims, int) else dims
+        if not isinstance(dims, list) or not dims or \
+                not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+            return None
+        trailing = sorted(d % ndim for d in dims)
+        if trailing != list(range(ndim - len(dims), ndim)):
+            return None
+        shape = node.input_shapes[0]
+        return {self.params[0]: math.prod(shape[:ndim - len(dims)]),
+                self.params[1]: math.prod(shape[ndim - len(dims):])}
 
 
 OPS = tuple(Elementwise(name) for name in _TABLE)

@@ -1,8 +1,10 @@
 """Embedding family: ``embedding_bag_sum``, ``embedding_bag_mean`` (torch
-``F.embedding_bag``) and FBGEMM's table-batched embedding ``tbe_sgd`` and
-``tbe_rowwise_adagrad`` (``SplitTableBatchedEmbeddingBagsCodegen``).
+``F.embedding_bag``), FBGEMM's table-batched embedding ``tbe_sgd`` and
+``tbe_rowwise_adagrad`` (``SplitTableBatchedEmbeddingBagsCodegen``), and the
+plain lookup ``embedding`` (``nn.Embedding``, a language model's token and
+position embeddings; see :class:`Embedding`, which has params of its own).
 
-Every op shares the params ``B`` (batch), ``E`` (rows per table), ``T``
+Every bag op shares the params ``B`` (batch), ``E`` (rows per table), ``T``
 (tables), ``L`` (pooling factor: indices per bag), ``D`` (embedding dim) and
 ``ZIPF``, the index distribution: 1 (or 0) is uniform over the E rows,
 otherwise rows are drawn with probability ∝ rank^-(ZIPF/100) (105 means a Zipf
@@ -42,6 +44,7 @@ from typing import Mapping
 import numpy as np
 
 from perfmodel.ops.base import DTYPE_BYTES, OpDef, check_profile, log_uniform_ints
+from perfmodel.ops.base import sample_configs, torch_dtype
 
 PARAMS = ("B", "E", "T", "L", "D", "ZIPF")
 #: Distribution code of uniform indices.
@@ -464,4 +467,152 @@ class TbeRowwiseAdagrad(_Tbe):
         return size * d + 4  # the row and its fp32 Adagrad state
 
 
-OPS = (EmbeddingBagSum(), EmbeddingBagMean(), TbeSgd(), TbeRowwiseAdagrad())
+# ---------------------------------------------------------------- plain embedding
+
+#: Params of :class:`Embedding`.
+LOOKUP_PARAMS = ("ROWS", "DIM", "INDICES")
+#: Configs of :class:`Embedding` per profile; ``smoke`` has the fewest that a fit
+#: scores (``perfmodel.fit.fitting.MIN_CONFIGS``).
+_LOOKUP_CONFIGS = {"smoke": 4, "quick": 16, "gpu": 16}
+_LOOKUP_RANGES = {
+    "smoke": {"ROWS": (16, 1024), "DIM": (8, 64), "INDICES": (1, 256)},
+    "quick": {"ROWS": (16, 131_072), "DIM": (8, 1024), "INDICES": (1, 16_384)},
+    "gpu": {"ROWS": (256, 262_144), "DIM": (64, 8192), "INDICES": (64, 131_072)},
+}
+#: ``full`` grid of :class:`Embedding`.
+_LOOKUP_GRID = {"ROWS": (128, 1024, 8192, 50_000, 250_000), "DIM": (16, 64, 256, 1024, 4096),
+                "INDICES": (16, 256, 4096, 65_536)}
+#: Largest table (ROWS·DIM elements) and forward gather (INDICES·DIM elements) per
+#: profile: ``quick``'s table fits 64 MB in fp32 (the backward zero-fills it), ``gpu``'s
+#: 2 GB (a 128k-token vocabulary of 4096).
+_LOOKUP_MAX_TABLE = {"smoke": 1 << 14, "quick": 1 << 24, "gpu": 1 << 29, "full": 1 << 28}
+_LOOKUP_MAX_GATHER = {"smoke": 1 << 14, "quick": 1 << 22, "gpu": 1 << 28, "full": 1 << 28}
+
+
+def lookup_indices(params: Mapping[str, int], batch: int = 0) -> np.ndarray:
+    """The ``INDICES`` row indices (int64, uniform over [0, ROWS)) of batch
+    ``batch`` of an :class:`Embedding` config; seeded by the config and batch."""
+    rows, dim, n = (int(params[p]) for p in LOOKUP_PARAMS)
+    rng = np.random.default_rng([rows, dim, n, batch])
+    return rng.integers(0, rows, size=n, dtype=np.int64)
+
+
+class Embedding(OpDef):
+    """``F.embedding(indices, weight)`` (``nn.Embedding``, ``sparse=False``):
+    ``INDICES`` rows looked up in a ``ROWS×DIM`` table.
+
+    Indices are uniform over the rows (random tokens, as the built-in
+    workloads feed; a trace does not show the distribution), one of
+    :data:`INDEX_BATCHES` batches per call. The backward is autograd's dense
+    one (``aten::embedding_dense_backward``): zero-fill a ``ROWS×DIM``
+    gradient, then add the ``INDICES`` output-gradient rows into it.
+
+    Work (``U`` = expected distinct rows touched, :func:`expected_unique_rows`;
+    indices at :data:`INDEX_BYTES`):
+
+    - forward: reads INDICES rows of DIM and the indices, writes INDICES×DIM
+      (INDICES·DIM elements gathered, counted as FLOPs as ``index_select`` does);
+    - backward: writes the ROWS×DIM gradient, reads the INDICES×DIM output
+      gradient and the indices, and reads and writes the U touched rows again
+      (INDICES·DIM adds).
+
+    ``ROWS`` leaves the forward's work unchanged, so ``monotone_params`` is DIM
+    and INDICES (``valid`` still needs ROWS >= 1).
+    """
+
+    name = "embedding"
+    family = "embedding"
+    params = LOOKUP_PARAMS
+    directions = ("forward", "backward")
+    dtypes = ("float32", "bfloat16")
+    trace_names = ("aten::embedding",)
+    monotone_params = ("DIM", "INDICES")
+    #: Timed with the last-level cache evicted, as the bag ops are: in a training
+    #: step the layers between two lookups stream their own data through it.
+    cold_on_cpu = True
+
+    def valid(self, params: Mapping[str, int]) -> bool:
+        return int(params["ROWS"]) >= 1
+
+    def configs(self, profile):
+        check_profile(profile)
+        if profile == "full":
+            return [c for c in (dict(zip(LOOKUP_PARAMS, v)) for v in itertools.product(
+                *(_LOOKUP_GRID[p] for p in LOOKUP_PARAMS))) if self._fits(c, profile)]
+        ranges = _LOOKUP_RANGES[profile]
+
+        def draw(rng, _):
+            return {p: log_uniform_ints(rng, *ranges[p], multiple=8 if p == "DIM" else 1)
+                    for p in LOOKUP_PARAMS}
+
+        return sample_configs(f"embedding-lookup-{profile}", LOOKUP_PARAMS,
+                              _LOOKUP_CONFIGS[profile], draw,
+                              lambda c: self._fits(c, profile))
+
+    def cases(self, profile):
+        """As :meth:`OpDef.cases`; ``smoke`` keeps float32 only (a pipeline check)."""
+        cases = super().cases(profile)
+        return [c for c in cases if c.dtype == "float32"] if profile == "smoke" else cases
+
+    @staticmethod
+    def _fits(params: Mapping[str, int], profile: str) -> bool:
+        return params["ROWS"] * params["DIM"] <= _LOOKUP_MAX_TABLE[profile] and \
+            params["INDICES"] * params["DIM"] <= _LOOKUP_MAX_GATHER[profile]
+
+    def make_runner(self, params, dtype, direction, device):
+        import torch
+        import torch.nn.functional as F
+
+        rows, dim, n = (int(params[p]) for p in LOOKUP_PARAMS)
+        grad = direction == "backward"
+        weight = torch.randn(rows, dim, dtype=torch_dtype(dtype), device=device,
+                             requires_grad=grad)
+        batches = [torch.from_numpy(lookup_indices(params, k)).to(device)
+                   for k in range(INDEX_BATCHES)]
+        if not grad:
+            indices = itertools.cycle(batches).__next__
+            return lambda: F.embedding(indices(), weight)
+        # one retained forward graph per batch, so each backward adds other rows
+        outs = itertools.cycle([F.embedding(i, weight) for i in batches]).__next__
+        grad_out = torch.randn(n, dim, dtype=weight.dtype, device=device)
+        return lambda: torch.autograd.grad(outs(), (weight,), grad_out, retain_graph=True)
+
+    def flops(self, params, direction):
+        """Elements gathered forward, added backward (FLOP)."""
+        return float(params["INDICES"] * params["DIM"])
+
+    def bytes_moved(self, params, dtype, direction):
+        """Forward: the gathered rows read and written, and the indices. Backward:
+        the zeroed table written, the output gradient read, the touched rows
+        read and written, and the indices (B)."""
+        rows, dim, n = (int(params[p]) for p in LOOKUP_PARAMS)
+        size = DTYPE_BYTES[dtype]
+        if direction == "forward":
+            return float(size * 2 * n * dim + INDEX_BYTES * n)
+        touched = expected_unique_rows(rows, UNIFORM, n)
+        return float(size * (rows * dim + n * dim + 2.0 * touched * dim) + INDEX_BYTES * n)
+
+    def params_from_shapes(self, input_shapes):
+        """(weight [ROWS, DIM], indices [any shape], ...) → the config; INDICES is
+        the indices' element count (batch × sequence)."""
+        if len(input_shapes) < 2 or not isinstance(input_shapes[0], list) \
+                or len(input_shapes[0]) != 2 or not isinstance(input_shapes[1], list):
+            return None
+        (rows, dim), indices = input_shapes[0], input_shapes[1]
+        if not all(isinstance(v, int) for v in (rows, dim, *indices)):
+            return None
+        n = math.prod(indices)
+        if min(rows, dim, n) < 1:
+            return None
+        return {"ROWS": rows, "DIM": dim, "INDICES": n}
+
+    def params_from_node(self, node):
+        """As :meth:`params_from_shapes`; None for a sparse embedding (its fifth
+        argument, ``sparse``, true), whose backward is another op."""
+        values = node.input_values
+        if len(values) >= 5 and values[4] is True:
+            return None
+        return self.params_from_shapes(node.input_shapes)
+
+
+OPS = (EmbeddingBagSum(), EmbeddingBagMean(), TbeSgd(), TbeRowwiseAdagrad(), Embedding())

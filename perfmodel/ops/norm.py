@@ -1,5 +1,6 @@
-"""Normalisation and regularisation family: ``batch_norm``, ``layer_norm`` and
-``dropout``, all in training mode (forward and backward).
+"""Normalisation and regularisation family: ``batch_norm``, ``layer_norm``,
+``group_norm``, ``instance_norm`` and ``dropout``, all in training mode
+(forward and backward).
 
 These ops are memory- (dropout: RNG-) bound; FLOP counts are per element
 and only roughly what a kernel executes.
@@ -10,7 +11,8 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-from perfmodel.ops.base import DTYPE_BYTES, OpDef, log_uniform_ints, sample_configs, torch_dtype
+from perfmodel.ops.base import (DTYPE_BYTES, OpDef, check_profile, log_uniform_ints,
+                                sample_configs, torch_dtype)
 
 #: Configs per profile and the largest element count of one call's input.
 _CONFIGS = {"smoke": 4, "quick": 20, "gpu": 20, "full": 2000}
@@ -19,6 +21,10 @@ _MAX_ELEMS = {"smoke": 1 << 15, "quick": 1 << 21, "gpu": 1 << 27, "full": 1 << 2
 #: adds the two reductions and the grad_input formula.
 _NORM_FWD_FLOP_PER_ELEM = 7.0
 _NORM_BWD_FLOP_PER_ELEM = 11.0
+#: Configs per profile of ``group_norm`` and ``instance_norm``: ``smoke`` keeps the
+#: four tiny float32 configs a fit needs to score an op
+#: (:data:`perfmodel.fit.fitting.MIN_CONFIGS`).
+_SMALL_CONFIGS = {"smoke": 4, "quick": 16, "gpu": 16, "full": 500}
 
 
 class _Norm(OpDef):
@@ -28,6 +34,8 @@ class _Norm(OpDef):
     #: Per-param (low, high) ranges of the ``full`` profile; smaller profiles
     #: keep the lows and cap the element count.
     ranges: dict[str, tuple[int, int]] = {}
+    #: Configs per profile.
+    config_counts: dict[str, int] = _CONFIGS
 
     def elements(self, params: Mapping[str, int]) -> int:
         """Elements of the input tensor."""
@@ -40,10 +48,14 @@ class _Norm(OpDef):
     def generate_configs(self, profile):
         """Distinct configs drawn log-uniformly (seeded), under ``_MAX_ELEMS``."""
         configs = sample_configs(
-            f"{self.name}-{profile}", self.params, _CONFIGS[profile],
-            lambda rng, n: {p: log_uniform_ints(rng, *self.ranges[p]) for p in self.params},
+            f"{self.name}-{profile}", self.params, self.config_counts[profile],
+            lambda rng, n: self._draw(rng, profile, n),
             lambda c: self.valid(c) and self.elements(c) <= _MAX_ELEMS[profile])
         return sorted(configs, key=self.elements)
+
+    def _draw(self, rng, profile: str, n: int) -> dict[str, int]:
+        """One candidate config: every param log-uniform in its range."""
+        return {p: log_uniform_ints(rng, *self.ranges[p]) for p in self.params}
 
     def _input(self, params, dtype, direction, device, shape):
         import torch
@@ -173,6 +185,176 @@ class LayerNorm(_Norm):
         return None
 
 
+class _SmokeFloat32(_Norm):
+    """A norm whose ``smoke`` profile runs float32 only (a pipeline check) on
+    :data:`_SMALL_CONFIGS`."""
+
+    config_counts = _SMALL_CONFIGS
+
+    def cases(self, profile):
+        """As :meth:`OpDef.cases`; ``smoke`` keeps float32 only."""
+        cases = super().cases(check_profile(profile))
+        return [c for c in cases if c.dtype == "float32"] if profile == "smoke" else cases
+
+
+class GroupNorm(_SmokeFloat32):
+    """``F.group_norm`` (``nn.GroupNorm``) on an N×C×HW input in ``GROUPS``
+    groups of C/GROUPS channels, with affine weight and bias. An input with
+    several spatial dims runs the same kernel as its flattened N×C×HW view."""
+
+    name = "group_norm"
+    params = ("N", "C", "HW", "GROUPS")
+    trace_names = ("aten::group_norm", "aten::native_group_norm")
+    ranges = {"N": (1, 256), "C": (1, 1024), "HW": (1, 16384)}
+    #: Group counts drawn: 32 (the paper's default) most often; GROUPS = C
+    #: (instance-norm-like) and 1 (layer-norm-like) at the ends.
+    group_choices = (32, 32, 16, 8, 4, 1, 0)  # 0: one group per channel
+
+    def valid(self, params):
+        """Channels divide into the groups, and each group has more than one value."""
+        return params["C"] % params["GROUPS"] == 0 and \
+            params["C"] // params["GROUPS"] * params["HW"] > 1
+
+    def _draw(self, rng, profile, n):
+        """``C`` a multiple of the group count drawn, the rest log-uniform."""
+        cfg = {p: log_uniform_ints(rng, *self.ranges[p]) for p in ("N", "HW")}
+        g = rng.choice(self.group_choices)
+        top = self.ranges["C"][1]
+        if g:
+            cfg["C"], cfg["GROUPS"] = g * log_uniform_ints(rng, 1, top // g), g
+        else:
+            cfg["C"] = cfg["GROUPS"] = log_uniform_ints(rng, 1, top)
+        return cfg
+
+    def elements(self, params):
+        return params["N"] * params["C"] * params["HW"]
+
+    def make_runner(self, params, dtype, direction, device):
+        import torch.nn.functional as F
+
+        n, c, hw, g = params["N"], params["C"], params["HW"], params["GROUPS"]
+        if not self.valid(params):
+            raise ValueError(f"group_norm needs C % GROUPS == 0 and more than one value per "
+                             f"group, got {dict(params)}")
+        x = self._input(params, dtype, direction, device, (n, c, hw))
+        w = self._input(params, dtype, direction, device, (c,))
+        b = self._input(params, dtype, direction, device, (c,))
+        return self._runner(lambda: F.group_norm(x, g, w, b), (x, w, b), direction)
+
+    def flops(self, params, direction):
+        """FLOP: 7 per element forward, 11 backward, plus 8 per group of each
+        sample for the statistics."""
+        per = _NORM_FWD_FLOP_PER_ELEM if direction == "forward" else _NORM_BWD_FLOP_PER_ELEM
+        return per * self.elements(params) + 8.0 * params["N"] * params["GROUPS"]
+
+    def bytes_moved(self, params, dtype, direction):
+        """B: forward reads x and writes y (2 per element), reads weight and bias
+        (2 per channel) and writes the saved mean and rstd (2 per group of each
+        sample); backward reads x and grad_output and writes grad_input (3 per
+        element), reads weight and writes grad_weight and grad_bias (3 per
+        channel) and reads the saved statistics."""
+        per_elem, per_channel = (2, 2) if direction == "forward" else (3, 3)
+        return DTYPE_BYTES[dtype] * (per_elem * self.elements(params)
+                                     + per_channel * params["C"]
+                                     + 2 * params["N"] * params["GROUPS"])
+
+    def params_from_shapes(self, input_shapes):
+        """``N``, ``C`` and ``HW`` (product of the spatial dims) from ``[input,
+        ...]``; ``GROUPS`` is an int argument, absent from shapes: the caller
+        adds it. None for rank < 2."""
+        if not input_shapes or len(input_shapes[0]) < 2 or min(input_shapes[0]) < 1:
+            return None
+        x = list(input_shapes[0])
+        return {"N": x[0], "C": x[1], "HW": math.prod(x[2:])}
+
+    def params_from_node(self, node):
+        """The shapes' params plus ``GROUPS``: the second argument of
+        ``aten::group_norm``, the seventh of ``aten::native_group_norm``. A
+        group norm without affine weight is priced as one with. None when the
+        weight is not ``[C]`` (or absent) or the groups do not divide C."""
+        params = self.params_from_shapes(node.input_shapes)
+        at, weight_at = (1, 2) if node.name == "aten::group_norm" else (6, 1)
+        values, shapes = node.input_values, node.input_shapes
+        if params is None or len(values) <= at or len(shapes) <= weight_at:
+            return None
+        groups = values[at]
+        if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
+            return None
+        if list(shapes[weight_at]) not in ([], [params["C"]]):
+            return None
+        params["GROUPS"] = groups
+        return params if self.valid(params) else None
+
+
+class InstanceNorm(_SmokeFloat32):
+    """``F.instance_norm`` (``nn.InstanceNorm2d(C, affine=True)``) in training on
+    an N×C×HW input: statistics per sample and channel. PyTorch runs it as a
+    batch norm of the 1×(N·C)×HW view, with the weight and bias repeated N
+    times; the trace's ``aten::instance_norm`` node holds those steps (and its
+    backward ``NativeBatchNormBackward0`` and ``RepeatBackward0``), so it is
+    recognised whole rather than as a batch norm of another shape."""
+
+    name = "instance_norm"
+    params = ("N", "C", "HW")
+    trace_names = ("aten::instance_norm",)
+    ranges = {"N": (1, 256), "C": (1, 1024), "HW": (2, 16384)}
+
+    def valid(self, params):
+        """Training needs more than one value per sample and channel (HW > 1)."""
+        return params["HW"] > 1
+
+    def make_runner(self, params, dtype, direction, device):
+        import torch.nn.functional as F
+
+        n, c, hw = params["N"], params["C"], params["HW"]
+        if not self.valid(params):
+            raise ValueError(f"instance_norm needs HW > 1, got HW={hw}")
+        x = self._input(params, dtype, direction, device, (n, c, hw))
+        w = self._input(params, dtype, direction, device, (c,))
+        b = self._input(params, dtype, direction, device, (c,))
+        return self._runner(lambda: F.instance_norm(x, weight=w, bias=b, use_input_stats=True),
+                            (x, w, b), direction)
+
+    def flops(self, params, direction):
+        """FLOP: 7 per element forward, 11 backward, plus 8 per (sample, channel)
+        for the statistics."""
+        per = _NORM_FWD_FLOP_PER_ELEM if direction == "forward" else _NORM_BWD_FLOP_PER_ELEM
+        return per * self.elements(params) + 8.0 * params["N"] * params["C"]
+
+    def bytes_moved(self, params, dtype, direction):
+        """B: forward reads x and writes y (2 per element), reads weight and bias
+        (2 per channel), writes and reads their N-fold repeats and writes the
+        saved mean and inverse std (6 per (sample, channel)); backward reads x
+        and grad_output and writes grad_input (3 per element), reads the
+        repeated weight and the saved statistics, writes the repeats' gradients
+        (5 per (sample, channel)) and sums them into grad_weight and grad_bias
+        (2 per channel)."""
+        n, c = params["N"], params["C"]
+        per_elem, per_nc = (2, 6) if direction == "forward" else (3, 5)
+        return DTYPE_BYTES[dtype] * (per_elem * self.elements(params) + per_nc * n * c + 2 * c)
+
+    def params_from_shapes(self, input_shapes):
+        """``N``, ``C`` and ``HW`` (product of the spatial dims) from ``[input,
+        weight?, ...]``; None for rank < 3 or a weight that is not ``[C]`` (an
+        instance norm without affine weight, ``[]``, is priced as one with)."""
+        if not input_shapes or len(input_shapes[0]) < 3 or min(input_shapes[0]) < 1:
+            return None
+        x = list(input_shapes[0])
+        if len(input_shapes) > 1 and list(input_shapes[1]) not in ([], [x[1]]):
+            return None
+        return {"N": x[0], "C": x[1], "HW": math.prod(x[2:])}
+
+    def params_from_node(self, node):
+        """The shapes' params, for a node that normalises with the input's own
+        statistics (``use_input_stats``, its sixth argument, true; false is an
+        affine map with the running statistics, not this op)."""
+        values = node.input_values
+        if len(values) > 5 and values[5] is False:
+            return None
+        params = self.params_from_shapes(node.input_shapes)
+        return params if params is not None and self.valid(params) else None
+
+
 class Dropout(_Norm):
     """``F.dropout(x, p=0.5, training=True)`` on a tensor of ELEMS elements."""
 
@@ -206,4 +388,4 @@ class Dropout(_Norm):
         return {"ELEMS": math.prod(input_shapes[0])}
 
 
-OPS = (BatchNorm(), LayerNorm(), Dropout())
+OPS = (BatchNorm(), LayerNorm(), GroupNorm(), InstanceNorm(), Dropout())

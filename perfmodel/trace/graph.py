@@ -146,13 +146,18 @@ def _collectives() -> dict[str, list[OpDef]]:
 def node_dtype(node: TraceNode) -> str | None:
     """The dtype of the node's first floating tensor input, as op definitions
     name it; for a node without tensor inputs (an optimizer step's scope), that
-    of its first descendant with one."""
-    for n in node.walk():
-        for typ in n.input_types:
-            for inner in _tensor_types(str(typ)):
-                dtype = _DTYPES.get(inner)
-                if dtype is not None:
-                    return dtype
+    of its first descendant with one. 0-d tensors (an optimizer's float32 step
+    counters beside bfloat16 parameters) count only when nothing else does."""
+    for scalars in (False, True):
+        for n in node.walk():
+            for typ, shape in zip(n.input_types, list(n.input_shapes) + [None] * len(
+                    n.input_types)):
+                if not scalars and shape == []:
+                    continue
+                for inner in _tensor_types(str(typ)):
+                    dtype = _DTYPES.get(inner)
+                    if dtype is not None:
+                        return dtype
     return None
 
 
@@ -179,11 +184,13 @@ def match_node(node: TraceNode) -> tuple[OpDef, dict[str, int], str] | None:
         return None
     dtype = node_dtype(node)
     for op in candidates:
-        if dtype not in op.dtypes:
+        # an op whose input is a mask (nonzero) is priced in its one dtype
+        op_dtype = op.dtypes[0] if dtype is None and op.untyped_input else dtype
+        if op_dtype not in op.dtypes:
             continue
         params = op.params_from_node(node)
         if params is not None:
-            return op, {p: int(params[p]) for p in op.params}, dtype
+            return op, {p: int(params[p]) for p in op.params}, op_dtype
     return None
 
 
@@ -281,16 +288,26 @@ class _Planner:
                 index = len(self.tasks)
                 self.tasks.append(self._task(node, "op", op.family, region, op=op.name,
                                              direction="forward", dtype=dtype, params=params))
-                for n in node.walk():
-                    if n.seq_id >= 0:
-                        self.seq_owner.setdefault(n.seq_id, index)
+                self._own_sequence_numbers(node, index)
                 return
         if not backward and _is_region(node):
             region = node.name.split("::", 1)[1]
         if self._has_match(node, backward):
             self.plan_children(node, node.children, backward, region)
         else:
+            if not backward:
+                self._own_sequence_numbers(node, None)
             self.tasks.append(self._task(node, "unmodelled", "unmodelled", region))
+
+    def _own_sequence_numbers(self, node: TraceNode, index: int | None) -> None:
+        """Give the autograd sequence numbers in ``node``'s subtree to forward
+        task ``index`` (None: an unmodelled node, whose backward no op prices).
+        An op that makes no autograd node (``nonzero``, any op on tensors that
+        need no gradient) records the number that the next op's node gets, so
+        the last forward node with a number owns it: later nodes replace."""
+        for n in node.walk():
+            if n.seq_id >= 0:
+                self.seq_owner[n.seq_id] = index
 
     def _plan_backward(self, node: TraceNode, region: str | None) -> bool:
         """Plan an ``evaluate_function`` node as its forward op's backward;
