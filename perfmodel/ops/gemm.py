@@ -25,7 +25,7 @@ _MAX_FLOPS = {"smoke": 3e7, "quick": 2e9, "gpu": 1e12, "full": 4e10}
 #: Configs per profile and the largest forward FLOP count of one call of ``mm`` and
 #: ``baddbmm`` (``smoke``: see ``smoke_sides``). ``quick`` keeps a bfloat16 call, many
 #: times slower than float32 on a CPU without bfloat16 instructions, under a second.
-_OTHER_CONFIGS = {"smoke": 4, "quick": 16, "gpu": 16}
+_OTHER_CONFIGS = {"smoke": 4, "quick": 32, "gpu": 16}
 _OTHER_MAX_FLOPS = {"smoke": 3e7, "quick": 1.5e8, "gpu": 1e12, "full": 4e10}
 #: Largest dim of the ``gpu`` profile (a GPT-2 LM head has 50257 outputs).
 _GPU_MAX_DIM = 32768
