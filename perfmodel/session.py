@@ -497,7 +497,8 @@ class Session:
         half in the summary and stored as a ``zoo`` record). Only the tuning
         half's traces add samples to the shared overhead table: the scoring
         half is predicted with what the project's workloads and the tuning half
-        taught (see docs/zoo.md)."""
+        taught, and only the tuning half's captures are kept as replay cases
+        (see docs/zoo.md)."""
         from perfmodel.e2e.single import predict_and_measure
         from perfmodel.workloads.zoo import zoo_half
 
@@ -514,6 +515,8 @@ class Session:
             result.fit_data = self._fit.data_id
         self.append_record({**result.record(self.env), "kind": "zoo", "half": half})
         self.zoo.append((half, result))
+        if half == "tuning":  # the scoring half is only reported, never studied offline
+            self.save_replay(result)
         del step
 
     def predict_model(self, model, batch, loss_fn, optimizer, *, items: int | None = None,

@@ -201,3 +201,18 @@ def test_contributors_rank_the_categories_by_their_share_of_the_error():
         [r[0] for r in rows] == ["gemm", "host overhead", "generic"]
     assert rows[0] == pytest.approx(("gemm", 0.008, 0.006, 0.2))
     assert sum(r[3] for r in rows) == pytest.approx((0.012 - 0.010) / 0.010)
+
+
+def test_sizes_below_the_measured_ones_are_raised_to_them():
+    from perfmodel.ops import get_op
+
+    op = get_op("sum")
+    floors = {k: min(c[k] for p in ("smoke", "quick", "gpu") for c in op.configs(p, workloads=False))
+              for k in op.params}
+    assert op.raised_to_measured({"ROWS": 6656, "COLS": 1}) == \
+        {"ROWS": max(6656, floors["ROWS"]), "COLS": floors["COLS"]}
+    inside = {"ROWS": max(64, floors["ROWS"]), "COLS": max(64, floors["COLS"])}
+    assert op.raised_to_measured(inside) == inside
+    linear = get_op("linear")  # a flag (GRAD_INPUT) is not a size: 0 stays 0
+    raised = linear.raised_to_measured({"B": 1, "IN": 1, "OUT": 1, "GRAD_INPUT": 0})
+    assert raised["GRAD_INPUT"] == 0 and all(raised[k] >= 1 for k in ("B", "IN", "OUT"))

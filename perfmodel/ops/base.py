@@ -162,6 +162,17 @@ class OpDef:
         except (ArithmeticError, KeyError, TypeError, ValueError, NotImplementedError):
             return False
 
+    def raised_to_measured(self, params: Mapping[str, int]) -> dict[str, int]:
+        """``params`` with every size (``monotone_params``) below the smallest
+        value this op's ``smoke``, ``quick`` and ``gpu`` configs give it raised
+        to that value. A predictor fitted on those configs has never seen a
+        smaller size and may extrapolate wildly below them (a ``sum`` over a
+        dim of 1 when the configs start at 8); the call's work never exceeds
+        that of the raised config, so its price is an upper bound near the
+        measured range."""
+        floors = _smallest_sizes(self)
+        return {k: max(v, floors[k]) if k in floors else v for k, v in params.items()}
+
     def generate_configs(self, profile: str) -> list[dict[str, int]]:
         """The configs of ``profile``; deterministic for a given profile."""
         raise NotImplementedError
@@ -244,6 +255,19 @@ class OpDef:
 @lru_cache(maxsize=None)
 def _cached_configs(op: OpDef, profile: str) -> tuple[tuple[tuple[str, int], ...], ...]:
     return tuple(tuple(c.items()) for c in op.generate_configs(profile))
+
+
+@lru_cache(maxsize=None)
+def _smallest_sizes(op: OpDef) -> dict[str, int]:
+    """Per size param of ``op``, the smallest value of its smoke, quick and gpu configs."""
+    sizes = op.monotone_params or op.params
+    floors: dict[str, int] = {}
+    for profile in ("smoke", "quick", "gpu"):
+        for config in op.configs(profile, workloads=False):
+            for k in sizes:
+                if k in config:
+                    floors[k] = min(floors.get(k, config[k]), config[k])
+    return floors
 
 
 @lru_cache(maxsize=None)

@@ -30,8 +30,9 @@ Prediction = IterationPrediction
 
 def op_predictions(tasks: list[Task], fit) -> tuple[list[float | None], dict[str, int]]:
     """Predicted seconds per task (None where no fitted predictor exists), in one
-    batched predictor call per (op, direction, dtype); and the count of op
-    tasks per ``op.direction`` that had no predictor."""
+    batched predictor call per (op, direction, dtype), calls below the op's
+    measured sizes priced by :func:`below_measured`; and
+    the count of op tasks per ``op.direction`` that had no predictor."""
     out: list[float | None] = [None] * len(tasks)
     groups: dict[tuple[str, str, str], list[int]] = {}
     for i, task in enumerate(tasks):
@@ -44,10 +45,35 @@ def op_predictions(tasks: list[Task], fit) -> tuple[list[float | None], dict[str
         except LookupError:
             missing[f"{op}.{direction}"] = missing.get(f"{op}.{direction}", 0) + len(indices)
             continue
-        values = predictor.predict(dtype, [tasks[i].params for i in indices])
+        values = below_measured(OPS.get(op), direction, dtype, predictor,
+                                [tasks[i].params for i in indices])
         for i, value in zip(indices, values):
             out[i] = max(0.0, float(value))
     return out, missing
+
+
+def below_measured(op, direction: str, dtype: str, predictor, params_list: list) -> list[float]:
+    """Predicted seconds of ``params_list``; a call with a size below the op's
+    smallest measured one (:meth:`~perfmodel.ops.base.OpDef.raised_to_measured`),
+    where a predictor may extrapolate wildly, is priced from the raised config
+    instead: its time scaled by the share of the raised config's work the call
+    does (the larger of the FLOP and byte ratios), and never below the fastest
+    prediction over the op's ``smoke`` and ``quick`` configs."""
+    if op is None:
+        return [float(v) for v in predictor.predict(dtype, params_list)]
+    raised = [op.raised_to_measured(p) for p in params_list]
+    values = [float(v) for v in predictor.predict(dtype, raised)]
+    lowered = [i for i, (p, r) in enumerate(zip(params_list, raised)) if p != r]
+    if not lowered:
+        return values
+    floor = min(float(v) for v in predictor.predict(dtype, [
+        c for profile in ("smoke", "quick") for c in op.configs(profile, workloads=False)]))
+    for i in lowered:
+        (f, b), (fr, br) = (op.size(params_list[i], dtype, direction),
+                            op.size(raised[i], dtype, direction))
+        share = min(1.0, max(f / fr if fr > 0 else 0.0, b / br if br > 0 else 0.0))
+        values[i] = max(floor, values[i] * share)
+    return values
 
 
 #: An op call needing this many times the FLOPs (or bytes) of the largest config
