@@ -16,8 +16,12 @@ KEY = "cpu-test-1c"
 KILLS = 20
 
 WRITER = """
+import signal
 import sys
 from perfmodel.store.results import ResultStore
+# a process started in the background of a shell without job control inherits an
+# ignored SIGINT; this one must die of it as an interactive one would
+signal.signal(signal.SIGINT, signal.default_int_handler)
 writer = ResultStore(sys.argv[1], "cpu-test-1c").open_run({"device_key": "cpu-test-1c"})
 n = 0
 while True:
