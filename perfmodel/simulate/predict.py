@@ -62,12 +62,11 @@ def below_measured(op, direction: str, dtype: str, predictor, params_list: list)
     if op is None:
         return [float(v) for v in predictor.predict(dtype, params_list)]
     raised = [op.raised_to_measured(p) for p in params_list]
-    values = [float(v) for v in predictor.predict(dtype, raised)]
     lowered = [i for i, (p, r) in enumerate(zip(params_list, raised)) if p != r]
-    if not lowered:
-        return values
-    floor = min(float(v) for v in predictor.predict(dtype, [
-        c for profile in ("smoke", "quick") for c in op.configs(profile, workloads=False)]))
+    measured = [c for profile in ("smoke", "quick") for c in op.configs(profile, workloads=False)] \
+        if lowered else []
+    values = [float(v) for v in predictor.predict(dtype, raised + measured)]  # one batched call
+    values, floor = values[:len(raised)], min(values[len(raised):], default=0.0)
     for i in lowered:
         (f, b), (fr, br) = (op.size(params_list[i], dtype, direction),
                             op.size(raised[i], dtype, direction))
