@@ -104,6 +104,20 @@ def _valid(cfg: Mapping[str, int], spatial: tuple[str, ...]) -> bool:
     return all(cfg[s] + 2 * cfg["PAD"] - cfg["DIL"] * (cfg["R"] - 1) - 1 >= 0 for s in spatial)
 
 
+
+def _draw_spatial(rng, spatial: tuple[str, ...], low: int, top: int, smallest: int
+                  ) -> dict[str, int]:
+    """The spatial sizes of one drawn config: a side log-uniform in [low, top], square
+    with probability ``_SQUARE``, else each dim stretched by up to 2^±1.5, clamped to
+    [smallest, top]."""
+    side = log_uniform_ints(rng, low, top)
+    square = rng.random() < _SQUARE
+    out = {}
+    for s in spatial:
+        aspect = 1.0 if square else 2 ** rng.uniform(-1.5, 1.5)
+        out[s] = max(smallest, min(top, round(side * aspect)))
+    return out
+
 class _Conv(OpDef):
     family = "conv"
     directions = ("forward", "backward")
@@ -157,12 +171,7 @@ class _Conv(OpDef):
         # the image side is drawn on its own, log-uniformly: the input-size limits
         # then reject wide layers on large images, so the accepted configs pair many
         # channels with small images and few with large ones, as CNN stages do
-        top = self.max_spatial[profile]
-        side = log_uniform_ints(rng, 4, top)
-        square = rng.random() < _SQUARE
-        for s in self.spatial:
-            aspect = 1.0 if square else 2 ** rng.uniform(-1.5, 1.5)
-            cfg[s] = max(2, min(top, round(side * aspect)))
+        cfg.update(_draw_spatial(rng, self.spatial, 4, self.max_spatial[profile], 2))
         return cfg
 
     extra_feature_names = ("depthwise", "pointwise", "output_elements", "channels_per_group",
@@ -407,12 +416,7 @@ class _ConvTranspose(_Conv):
         cfg = {"N": log_uniform_ints(rng, 1, _MAX_BATCH[profile]), "C": c, "K": k, "R": r,
                "STRIDE": stride, "PAD": pad, "OUTPAD": outpad, "DIL": 1, "GROUPS": g,
                "GRAD_INPUT": int(rng.random() >= 1 / GRAD_INPUT_EVERY), "BIAS": n % 2}
-        top = self.max_spatial[profile]
-        side = log_uniform_ints(rng, 1, top)
-        square = rng.random() < _SQUARE
-        for s in self.spatial:
-            aspect = 1.0 if square else 2 ** rng.uniform(-1.5, 1.5)
-            cfg[s] = max(1, min(top, round(side * aspect)))
+        cfg.update(_draw_spatial(rng, self.spatial, 1, self.max_spatial[profile], 1))
         return cfg
 
     # -- running -----------------------------------------------------------
