@@ -105,6 +105,19 @@ def _valid(cfg: Mapping[str, int], spatial: tuple[str, ...]) -> bool:
 
 
 
+def _conv_call(conv, x, w, b, kw: dict, grad: bool):
+    """The callable to time: ``conv(x, w, b, **kw)``, or autograd's backward of it
+    (gradients of the inputs that require one) when ``grad``."""
+    import torch
+
+    if not grad:
+        return lambda: conv(x, w, b, **kw)
+    out = conv(x, w, b, **kw)
+    grad_out = torch.randn_like(out)
+    wrt = tuple(v for v in (x, w, b) if v is not None and v.requires_grad)
+    return lambda: torch.autograd.grad(out, wrt, grad_out, retain_graph=True)
+
+
 def _draw_spatial(rng, spatial: tuple[str, ...], low: int, top: int, smallest: int
                   ) -> dict[str, int]:
     """The spatial sizes of one drawn config: a side log-uniform in [low, top], square
@@ -202,12 +215,7 @@ class _Conv(OpDef):
         b = torch.randn(p["K"], requires_grad=grad, **t) if p.get("BIAS", 1) else None
         conv = torch.nn.functional.conv2d if len(self.spatial) == 2 else torch.nn.functional.conv1d
         kw = dict(stride=p["STRIDE"], padding=p["PAD"], dilation=p["DIL"], groups=p["GROUPS"])
-        if not grad:
-            return lambda: conv(x, w, b, **kw)
-        out = conv(x, w, b, **kw)
-        grad_out = torch.randn_like(out)
-        wrt = tuple(v for v in (x, w, b) if v is not None and v.requires_grad)
-        return lambda: torch.autograd.grad(out, wrt, grad_out, retain_graph=True)
+        return _conv_call(conv, x, w, b, kw, grad)
 
     # -- analytic work -----------------------------------------------------
     def _sizes(self, p: Mapping[str, int]) -> tuple[float, float, float, float]:
@@ -436,12 +444,7 @@ class _ConvTranspose(_Conv):
         conv = getattr(torch.nn.functional, self.function)
         kw = dict(stride=p["STRIDE"], padding=p["PAD"], output_padding=p["OUTPAD"],
                   groups=p["GROUPS"], dilation=p["DIL"])
-        if not grad:
-            return lambda: conv(x, w, b, **kw)
-        out = conv(x, w, b, **kw)
-        grad_out = torch.randn_like(out)
-        wrt = tuple(v for v in (x, w, b) if v is not None and v.requires_grad)
-        return lambda: torch.autograd.grad(out, wrt, grad_out, retain_graph=True)
+        return _conv_call(conv, x, w, b, kw, grad)
 
     # -- analytic work -----------------------------------------------------
     def _sizes(self, p):
