@@ -271,3 +271,20 @@ def forbid_cuda(monkeypatch, who: str) -> None:
 
     for name in ("is_available", "synchronize", "device_count", "get_device_properties"):
         monkeypatch.setattr(torch.cuda, name, refuse)
+
+
+# -- stored runs -----------------------------------------------------------------------
+
+def run_paths(device_folder: Path) -> list[Path]:
+    """The run files of a device folder (``results/<key>``), plain or compacted,
+    one per run, oldest first."""
+    from perfmodel.store import paths
+
+    return paths.run_files(Path(device_folder))
+
+
+def run_lines(path: Path) -> list[str]:
+    """The lines of a run file, plain or compacted (header first)."""
+    from perfmodel.store.results import read_run_text
+
+    return read_run_text(path).splitlines()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import BASE, GATE_SUITE, plant_baseline, run_plugin
+from tests.helpers import BASE, GATE_SUITE, plant_baseline, run_lines, run_paths, run_plugin
 
 SUITE = """
 import pytest
@@ -38,8 +38,8 @@ def run(pytester, results, *args):
 def stored_samples(results, key):
     """Every sample of every stored replicate, by run file, in order."""
     out = {}
-    for path in sorted((results / key / "runs").glob("*.jsonl")):
-        records = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+    for path in run_paths(results / key):
+        records = [json.loads(line) for line in run_lines(path)[1:]]
         out[path] = [s for r in records for s in r["measurement"]["samples_s"]]
     return out
 

@@ -21,7 +21,7 @@ from perfmodel import campaign
 from perfmodel.campaign import (MAX_FILE_BYTES, MAX_FILES, MAX_TOTAL_BYTES, CampaignError,
                                 pack, plan, unpack)
 from perfmodel.store import paths
-from tests.helpers import REPO
+from tests.helpers import REPO, run_lines
 
 KEY = "cuda-test-gpu"
 
@@ -213,9 +213,9 @@ def test_dry_run_of_the_real_command_measures_packs_and_unpacks(tmp_path):
     assert len(files) <= MAX_FILES
     back = tmp_path / "back"
     written = unpack(out, back, logs_to=tmp_path / "logs")
-    runs = [p for p in written if p.suffix == ".jsonl"]
+    runs = [p for p in written if paths.is_run_file(p)]
     assert len(runs) == 1
-    records = [json.loads(line) for line in runs[0].read_text().splitlines()]
+    records = [json.loads(line) for line in run_lines(runs[0])]
     assert any(r.get("op") == "relu" for r in records)
     summary = json.loads((tmp_path / "logs" / "campaign" / "campaign.json").read_text())
     assert summary["format"] == "perfmodel.campaign"

@@ -47,7 +47,7 @@ def test_stats_table_and_exit_status(runs, capsys):
 
 def test_compare_runs_and_baselines(runs, capsys):
     results, ids = runs
-    assert main(["compare", ids[0], str(results / KEY / "runs" / f"{ids[3]}.jsonl"),
+    assert main(["compare", ids[0], str(results / KEY / "runs" / f"{ids[3]}.jsonl.gz"),
                  "--results", str(results)]) == 0
     out = capsys.readouterr().out
     assert "mlp_small" in out and "+5.00%" in out and "-5.00%" in out
@@ -62,7 +62,7 @@ def test_compare_runs_and_baselines(runs, capsys):
     (["stats", "--profile", "full"], "stats needs at least 3 runs of profile full, found 0"),
     (["stats", "--reference", "nope"], "reference run nope holds no records"),
     (["stats", "--device", "cpu-none-1c"], "no results for device 'cpu-none-1c'"),
-    (["compare", "nope", "x"], "'nope' is not a run file (.jsonl), a baseline file"),
+    (["compare", "nope", "x"], "'nope' is not a run file (.jsonl, .jsonl.gz), a baseline file"),
     (["compare", "20260101T000000Z-1-a", "{baseline}"], "cannot compare a run"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(runs, capsys, argv, message):

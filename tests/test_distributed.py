@@ -15,7 +15,8 @@ import pytest
 from perfmodel.device.probe import usable_cpus
 from perfmodel.world import FAULT_VAR, World, _OneRank, launcher_world, local_ranks, parse_fault, threads_per_rank
 from pytest_perfmodel.distributed import launch_command, shard_items
-from tests.helpers import THREADS
+from perfmodel.store import paths
+from tests.helpers import THREADS, run_lines, run_paths
 
 REPO = Path(__file__).resolve().parents[1]
 MPIEXEC = Path(sys.executable).with_name("mpiexec")
@@ -166,9 +167,9 @@ def test_two_ranks_store_every_record_once_and_report_once(pytester, planted_res
     assert done.returncode == 0, out[-4000:]
     from perfmodel.ops import get_op
 
-    runs = sorted((results / key / "runs").glob("*.jsonl"))
-    assert len(runs) == 2 and {p.stem[-6:] for p in runs} == {"-rank0", "-rank1"}
-    records = [json.loads(line) for p in runs for line in p.read_text().splitlines()[1:]]
+    runs = run_paths(results / key)
+    assert len(runs) == 2 and {paths.run_id_of(p)[-6:] for p in runs} == {"-rank0", "-rank1"}
+    records = [json.loads(line) for p in runs for line in run_lines(p)[1:]]
     keys = Counter((r["op"], json.dumps(r["config"], sort_keys=True), r["dtype"], r["replicate"])
                    for r in records)
     assert max(keys.values()) == 1  # nothing twice

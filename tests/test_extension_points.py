@@ -12,7 +12,7 @@ import pytest
 from perfmodel.ops import OPS, _builtin_ops, _op_definitions
 from perfmodel.registry import BUILTIN, Registry, RegistryError
 from perfmodel.workloads import ALL_WORKLOADS
-from tests.helpers import REPO, THREADS, plant_cpu_spec
+from tests.helpers import REPO, THREADS, plant_cpu_spec, run_lines, run_paths
 
 #: The custom-op example, tested here as a user's module ``my_ops.py``; the README
 #: shows it (or its own variant, also run below) between the custom-op-example markers.
@@ -270,8 +270,8 @@ smoke_gmae_threshold = 5.0
 
 
 def stored_measurements(results, key, op: str) -> list[dict]:
-    records = [json.loads(line) for path in (results / key / "runs").glob("*.jsonl")
-               for line in path.read_text().splitlines()]
+    records = [json.loads(line) for path in run_paths(results / key)
+               for line in run_lines(path)]
     return [r for r in records if r.get("kind") == "measurement" and r["op"] == op]
 
 

@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 from perfmodel.store.results import ResultStore
-from tests.helpers import REPO, case_id, plant_cpu_spec
+from perfmodel.store import paths
+from tests.helpers import REPO, case_id, plant_cpu_spec, run_paths
 
 #: 32 cheap smoke items (8 configs each), about 0.3 s apiece here.
 SELECT = "relu or mul or sigmoid or tanh"
@@ -63,7 +64,7 @@ def kill_session(root: Path, key: str, sig: signal.Signals, delay_s: float,
     for what it wrote. Fails, showing the session's last output, when that PASSED
     line does not come within ``PASSED_TIMEOUT_S`` or before the session ends."""
     store = ResultStore(root, key)
-    before = set(store.runs_dir.glob("*.jsonl")) if store.runs_dir.is_dir() else set()
+    before = {paths.run_id_of(p) for p in run_paths(store.dir)}
     proc = subprocess.Popen(
         [sys.executable, "-u", "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
          "suites/test_elementwise.py", "-m", "microbench", "-k", SELECT, "-v",
@@ -109,10 +110,10 @@ def kill_session(root: Path, key: str, sig: signal.Signals, delay_s: float,
     passed = [m["id"] for line in lines if (m := PASSED.search(line))]
     if killed and sig == signal.SIGINT and proc.returncode == 0:
         killed = False  # the signal came as the session was exiting after its last item
-    new = sorted(set(store.runs_dir.glob("*.jsonl")) - before) if store.runs_dir.is_dir() else []
+    new = sorted({paths.run_id_of(p) for p in run_paths(store.dir)} - before)
     assert len(new) <= 1, new  # one session, one run file
     loaded = store.load()
-    mine = [r for r in loaded.records if new and r["run_id"] == new[0].stem]
+    mine = [r for r in loaded.records if new and r["run_id"] == new[0]]
     cases: dict[str, int] = {}
     for r in mine:
         cases[case_id(r)] = cases.get(case_id(r), 0) + 1
@@ -126,7 +127,7 @@ def check(kill: Kill) -> None:
         # exit 2, or -2 when the KeyboardInterrupt came after pytest's main loop returned
         assert kill.returncode in ((-9,) if kill.signal == "SIGKILL" else (2, -2)), kill
     for problem in kill.problems:  # at most a truncated final line, named by path
-        assert "truncated last line skipped" in problem and ".jsonl:" in problem, problem
+        assert "truncated last line skipped" in problem and ".jsonl" in problem, problem
     for case in kill.passed:  # every passed item: both replicates on disk
         assert kill.cases.get(case) == 2, (case, kill)
     assert all(n <= 2 for n in kill.cases.values()), kill  # nothing duplicated

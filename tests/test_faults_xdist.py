@@ -13,7 +13,8 @@ import pytest
 
 from perfmodel.measure.bench import REPLICATES
 from perfmodel.store.results import ResultStore
-from tests.helpers import REPO, case_id, plant_cpu_spec
+from perfmodel.store import paths
+from tests.helpers import REPO, case_id, plant_cpu_spec, run_paths
 
 pytest.importorskip("xdist")
 
@@ -37,7 +38,7 @@ def test_four_xdist_workers_write_every_record_exactly_once(tmp_path):
     loaded = ResultStore(root, key).load()
     assert loaded.problems == []
     runs = sorted({r["run_id"] for r in loaded.records})
-    files = sorted(p.stem for p in (root / key / "runs").glob("*.jsonl"))
+    files = sorted(paths.run_id_of(p) for p in run_paths(root / key))
     assert runs == files and len(files) >= 2, files  # one file per worker that ran items
     # Exact count, none lost, none duplicated.
     assert len(loaded.records) == len(passed) * REPLICATES

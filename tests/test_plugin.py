@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from tests.helpers import BASE, GATE_SUITE, THREADS, plant_baseline, run_plugin
+from tests.helpers import (BASE, GATE_SUITE, THREADS, plant_baseline, run_lines, run_paths,
+                           run_plugin)
 
 pytestmark = pytest.mark.usefixtures("heavy_modules_loaded_once")
 
@@ -56,8 +57,8 @@ def test_planted(perfmodel_session):
     out.stdout.fnmatch_lines(["mlp_small: E2E error +100.00% failed the gate's error check, "
                               "so it was measured again: * (the repeat decides)",
                               "FAIL mlp_small: E2E error *"])
-    records = [json.loads(line) for path in (results / key / "runs").glob("*.jsonl")
-               for line in path.read_text().splitlines()]
+    records = [json.loads(line) for path in run_paths(results / key)
+               for line in run_lines(path)]
     e2e = [r for r in records if r.get("kind") == "e2e"]
     assert len(e2e) == 1 and e2e[0]["first_measured_s"] == 0.1
 
@@ -162,9 +163,9 @@ def test_markers_select_and_accuracy_reads_stored_data(pytester, planted_results
     out = run_plugin(pytester, results, "--strict-markers", "-m", "microbench",
                      "--perfmodel-budget=0.01")
     out.assert_outcomes(passed=32, deselected=2)  # 16 smoke configs x 2 dtypes
-    runs = list((results / key / "runs").glob("*.jsonl"))
-    assert len(runs) == 1
-    lines = [json.loads(line) for line in runs[0].read_text().splitlines()]
+    runs = run_paths(results / key)
+    assert len(runs) == 1 and runs[0].name.endswith(".jsonl.gz")  # compacted when it closed
+    lines = [json.loads(line) for line in run_lines(runs[0])]
     assert lines[0]["kind"] == "header" and len(lines) == 1 + 32 * 2  # two replicates each
     assert {"device_key", "threads", "torch", "fbgemm", "commit"} <= set(lines[1]["env"])
     # the host's speed beside each record (one sample: the session is under a minute)
@@ -381,8 +382,8 @@ def test_planted(perfmodel_session):
     out.stdout.fnmatch_lines([
         "WARN mlp_small: extrapolated beyond the fitted configs: linear.fwd (3 calls, up to 94x*",
         "*fitted config's FLOPs or bytes), relu.bwd (2 calls, up to 6x)"])
-    record = next(json.loads(line) for f in (results / planted_results[1] / "runs").glob("*.jsonl")
-                  for line in f.read_text().splitlines() if '"e2e"' in line)
+    record = next(json.loads(line) for f in run_paths(results / planted_results[1])
+                  for line in run_lines(f) if '"e2e"' in line)
     assert record["beyond_fit"] == {"linear.forward": [3, 94.2], "relu.backward": [2, 6.1]}
 
 

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from tests.helpers import BASE, GATE_SUITE, THREADS, plant_baseline, run_plugin
+from tests.helpers import (BASE, GATE_SUITE, THREADS, plant_baseline, run_lines, run_paths,
+                           run_plugin)
 
 pytestmark = pytest.mark.usefixtures("heavy_modules_loaded_once")
 
@@ -114,9 +115,8 @@ def two_workers_files(pytester, cnn_predicted_s: float) -> None:
 
 def e2e_run_files(results, key) -> list[str]:
     """The names of the run files that hold an E2E record (one per process)."""
-    return [path.name for path in (results / key / "runs").glob("*.jsonl")
-            if any(json.loads(line).get("kind") == "e2e"
-                   for line in path.read_text().splitlines())]
+    return [path.name for path in run_paths(results / key)
+            if any(json.loads(line).get("kind") == "e2e" for line in run_lines(path))]
 
 
 @pytest.mark.parametrize("cnn_predicted_s, fails", [(0.104, False), (0.108, True)])

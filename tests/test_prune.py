@@ -85,20 +85,20 @@ def names(entries):
 def test_plan_keeps_what_is_used(tree):
     plan = plan_prune(tree.root, KEY, keep=3)
     kept_runs = {e.path.name for e in plan.keep if e.kind == "run"}
-    assert kept_runs == {f"{run_id(n)}.jsonl" for n in (12, 13, 14,  # newest 3 of quick
+    assert kept_runs == {f"{run_id(n)}.jsonl.gz" for n in (12, 13, 14,  # newest 3 of quick
                                                          15, 16,  # smoke has only two
                                                          2, 3,  # the baseline's runs
                                                          5, 6, 7, 8)}  # kept fits' data
     assert {e.path.name for e in plan.remove if e.kind == "run"} == \
-        {f"{run_id(n)}.jsonl" for n in (1, 4, 9, 10, 11)}
+        {f"{run_id(n)}.jsonl.gz" for n in (1, 4, 9, 10, 11)}
     assert {e.path.name for e in plan.keep if e.kind == "fit"} == \
         {run_id(n, "-fit") for n in (21, 22, 23)}
     assert {e.path.name for e in plan.remove if e.kind == "fit"} == {run_id(20, "-fit")}
     why = {e.path.name: e.why for e in plan.keep}
-    assert "runs of baseline-quick.json" in why[f"{run_id(2)}.jsonl"]
+    assert "runs of baseline-quick.json" in why[f"{run_id(2)}.jsonl.gz"]
     assert why[run_id(21, "-fit")] == "named by baseline-quick.json"
     assert why[run_id(23, "-fit")] == "newest fit of 1 thread(s)"
-    assert why[f"{run_id(7)}.jsonl"] == f"trained fit {run_id(21, '-fit')}"
+    assert why[f"{run_id(7)}.jsonl.gz"] == f"trained fit {run_id(21, '-fit')}"
     assert plan.bytes_freed == sum(e.bytes for e in plan.remove) > 0
     assert not plan.problems
 
@@ -129,7 +129,7 @@ def test_prune_removes_and_the_code_picks_the_same_fits(tree):
 def test_keep_zero_keeps_only_what_is_named(tree):
     plan = plan_prune(tree.root, KEY, keep=0)
     assert {e.path.name for e in plan.keep if e.kind == "run"} == \
-        {f"{run_id(n)}.jsonl" for n in (2, 3, 5, 6, 7, 8)}
+        {f"{run_id(n)}.jsonl.gz" for n in (2, 3, 5, 6, 7, 8)}
 
 
 def test_unreadable_things_are_left_alone(tree):
@@ -174,7 +174,7 @@ def test_rank_files_and_a_fit_trained_on_them(tmp_path):
     save_empty_fit(store, 9, 1, ranks)
     plan = plan_prune(tmp_path, KEY, keep=1)
     assert names(e for e in plan.keep if e.kind == "run") == \
-        {f"{r}.jsonl" for r in ranks} | {f"{run_id(5)}.jsonl"}
+        {f"{r}.jsonl.gz" for r in ranks} | {f"{run_id(5)}.jsonl.gz"}
 
 
 # -- command line ------------------------------------------------------------------------
@@ -241,6 +241,6 @@ def test_cli_compresses_the_kept_fits(tree, capsys):
 def test_drop_fit_runs_removes_their_training_runs(tree):
     plan = plan_prune(tree.root, KEY, keep=3, keep_fit_runs=False)
     assert {e.path.name for e in plan.keep if e.kind == "run"} == \
-        {f"{run_id(n)}.jsonl" for n in (12, 13, 14, 15, 16, 2, 3)}
+        {f"{run_id(n)}.jsonl.gz" for n in (12, 13, 14, 15, 16, 2, 3)}
     assert {e.path.name for e in plan.keep if e.kind == "fit"} == \
         {run_id(n, "-fit") for n in (21, 22, 23)}

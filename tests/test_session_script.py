@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.helpers import REPO, THREADS
+from tests.helpers import REPO, THREADS, run_lines, run_paths
 
 #: The example code of docs/scripting.md (its first python block).
 EXAMPLE = re.search(r"```python\n(.*?)```", (REPO / "docs" / "scripting.md").read_text(),
@@ -66,8 +66,8 @@ def test_a_script_saves_a_baseline_then_gates(planted_results, planted_runs, cap
     assert out[-1] == "FAIL perfmodel gate: 1 of 1 workload(s) failed (mlp_small)"
 
     # each session wrote its own run file, with every E2E result it recorded
-    runs = sorted((results / key / "runs").glob("*.jsonl"))
-    e2e = [[r for r in map(json.loads, p.read_text().splitlines()) if r.get("kind") == "e2e"]
+    runs = run_paths(results / key)
+    e2e = [[r for r in map(json.loads, run_lines(p)) if r.get("kind") == "e2e"]
            for p in runs]
     assert sorted(map(len, e2e)) == [1, 1, 5]
 

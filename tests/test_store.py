@@ -1,6 +1,7 @@
 """Results store: incremental writes, merging, and bad files reported by path."""
 
 import json
+import os
 
 import pytest
 
@@ -121,3 +122,90 @@ def test_a_bad_host_speed_skips_its_record_naming_the_line(store):
     assert [r["host_speed"] for r in loaded.records] == [good["host_speed"]]
     assert loaded.problems[0].startswith(f"{path}:3: bad record skipped")
     assert "host_speed" in loaded.problems[0]
+
+
+# -- compaction ------------------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from perfmodel.store import paths  # noqa: E402
+from perfmodel.store.prune import compact_runs  # noqa: E402
+from perfmodel.store.results import compact_run, read_run_header  # noqa: E402
+
+
+def test_a_closed_run_is_compacted_with_the_same_records(store):
+    writer = store.open_run(ENV, "smoke", run_id="r1")
+    plain = writer.path
+    for n in range(5):
+        writer.append(record(seconds=n + 1.0))
+    before, _ = read_run_file(plain, store.device_key)
+    writer.close()
+    assert not plain.exists() and writer.path == paths.compact_run_file(store.dir, "r1")
+    after, problems = read_run_file(writer.path, store.device_key)
+    assert problems == [] and after == before
+    assert read_run_header(writer.path)["run_id"] == "r1"
+    assert paths.run_files(store.dir) == [writer.path]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.floats(min_value=1e-9, max_value=1e3), min_size=0, max_size=20))
+def test_compaction_keeps_every_record(tmp_path_factory, seconds):
+    store = ResultStore(tmp_path_factory.mktemp("compact"), "cpu-test-1c")
+    writer = store.open_run(ENV)
+    for s in seconds:
+        writer.append(record(seconds=s))
+    writer.close()
+    loaded = store.load()
+    assert loaded.problems == []
+    assert [r["measurement"]["median_s"] for r in loaded.records] == seconds
+
+
+def test_an_interrupted_compaction_loses_and_doubles_nothing(store):
+    writer = store.open_run(ENV, run_id="r1")
+    writer.append(record())
+    writer.close(compact=False)
+    plain = writer.path
+    text = plain.read_bytes()
+    compact_run(plain)
+    plain.write_bytes(text)  # as if it stopped between the rename and the unlink
+    loaded = store.load()
+    assert loaded.problems == [] and len(loaded.records) == 1
+    assert paths.run_files(store.dir) == [paths.compact_run_file(store.dir, "r1")]
+
+
+def test_a_compacted_run_id_is_not_reused(store):
+    store.open_run(ENV, run_id="same").close()
+    assert paths.compact_run_file(store.dir, "same").exists()
+    with pytest.raises(FileExistsError):
+        store.open_run(ENV, run_id="same")
+
+
+def test_a_corrupt_compacted_run_is_reported_by_path(store):
+    good = store.open_run(ENV, run_id="good")
+    good.append(record())
+    good.close()
+    bad = paths.compact_run_file(store.dir, "bad")
+    bad.write_bytes(good.path.read_bytes()[:30])  # cut short
+    loaded = store.load()
+    assert len(loaded.records) == 1
+    assert len(loaded.problems) == 1 and loaded.problems[0].startswith(f"{bad}: unreadable")
+    with pytest.raises(ValueError, match="bad.jsonl.gz: not a readable run file"):
+        read_run_header(bad)
+
+
+def test_prune_compacts_old_plain_runs_only(store):
+    for run_id in ("old", "young"):
+        writer = store.open_run(ENV, run_id=run_id)
+        writer.append(record())
+        writer.close(compact=False)
+    old = paths.run_file(store.dir, "old")
+    young = paths.run_file(store.dir, "young")
+    now = young.stat().st_mtime
+    os.utime(old, (now - 7200, now - 7200))
+    listed = compact_runs(store.root, [store.device_key], dry_run=True, now_s=now)
+    assert [(p, after) for p, _, after in listed] == [(old, 0)] and old.exists()
+    done = compact_runs(store.root, [store.device_key], now_s=now)
+    assert [p for p, _, _ in done] == [paths.compact_run_file(store.dir, "old")]
+    assert young.exists() and not old.exists()
+    assert len(store.load().records) == 2

@@ -26,7 +26,7 @@ RESERVED_PATTERNS = (
     re.compile(r"^baseline-"),                     # baseline-<profile>.json
     re.compile(r"^device-"),                       # device-<N>threads.json
     re.compile(r"threads\.json$"),
-    re.compile(r"\.jsonl$"),                       # runs/<run-id>.jsonl
+    re.compile(r"\.jsonl(\.gz)?$"),                # runs/<run-id>.jsonl[.gz]
     re.compile(r"\.(et|kineto|calibration)\.json$"),  # traces/<name>.*.json
     re.compile(r"\.(png|unreadable)$"),            # report figures; set-aside files
     re.compile(r"\.json\.gz$"),                    # replay/<workload>.json.gz

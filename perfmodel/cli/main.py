@@ -211,6 +211,8 @@ def _prune(args: argparse.Namespace) -> int:
     freed = sum(plan.bytes_freed for plan in plans)
     if args.compress_fits and not args.dry_run:
         freed += _compress_kept_fits(plans)
+    if args.compact_runs:
+        freed += _compact_runs(args)
     print(f"total: {'would free' if args.dry_run else 'freed'} {human_bytes(freed)} "
           f"({freed} bytes) over {len(plans)} device(s)")
     return 0
@@ -231,6 +233,19 @@ def _compress_kept_fits(plans) -> int:
                           f"{human_bytes(before)} -> {human_bytes(after)}")
                 freed += before - after
     return freed
+
+
+def _compact_runs(args: argparse.Namespace) -> int:
+    """Compact the plain run files left by runs that died or by an older perfmodel;
+    the bytes freed (0 on a dry run, which lists them)."""
+    from perfmodel.store.prune import compact_runs, human_bytes
+
+    done = compact_runs(Path(args.results), [args.device] if args.device else None,
+                        dry_run=args.dry_run)
+    for path, before, after in done:
+        print(f"  would compact {path} ({human_bytes(before)})" if args.dry_run else
+              f"  compacted    {path}: {human_bytes(before)} -> {human_bytes(after)}")
+    return 0 if args.dry_run else sum(before - after for _, before, after in done)
 
 
 def _stats(args: argparse.Namespace) -> int:
@@ -405,7 +420,7 @@ def _add_analysis_commands(sub) -> None:
     traces, and with --measure runs, the workload)."""
     compare = sub.add_parser(
         "compare", help="two runs, baselines or devices side by side",
-        description="Compare A with B, both run ids (of --device) or run files (.jsonl), both "
+        description="Compare A with B, both run ids (of --device) or run files (.jsonl or .jsonl.gz), both "
                     "baseline files (.json), or both device keys under RESULTS: per workload "
                     "the measured times and E2E errors, per op and direction the geometric "
                     "mean, min and max of the per-config median ratio B/A.")
@@ -463,7 +478,8 @@ def _add_prune_command(sub) -> None:
                     "count (the one the code picks), every fit a baseline names, and the run "
                     "files the kept fits were trained on; remove the other run files and "
                     "fits. Prints what it keeps and removes and the bytes freed. Spec, "
-                    "baselines, overheads, traces and reports are left alone.")
+                    "baselines, overheads, traces and reports are left alone. A run "
+                    "compacts its own file (gzip, .jsonl.gz) when it closes.")
     _results(prune)
     prune.add_argument("--device", default=None,
                        help="device key, a folder under RESULTS (default: every device)")
@@ -479,6 +495,10 @@ def _add_prune_command(sub) -> None:
     prune.add_argument("--compress-fits", action="store_true",
                        help="also rewrite the kept fits saved uncompressed (by an older "
                             "perfmodel) with compressed arrays; predictions are unchanged")
+    prune.add_argument("--compact-runs", action="store_true",
+                       help="also gzip the plain run files (.jsonl) not written to for an "
+                            "hour: runs that died before they closed, and runs of an older "
+                            "perfmodel. Readers take both forms; records are unchanged")
     prune.set_defaults(func=_prune)
 
 

@@ -1,6 +1,6 @@
 """Two runs, two baselines or two devices side by side.
 
-- runs (run ids or ``.jsonl`` paths): per workload the measured time of each,
+- runs (run ids or ``.jsonl``/``.jsonl.gz`` paths): per workload the measured time of each,
   their ratio and each signed E2E error; per (op, direction) the geometric
   mean, min and max over the shared configs of the ratio of medians B / A.
 - baselines (``baseline-<profile>.json`` paths): per workload the mean signed
@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from pathlib import Path
@@ -25,7 +24,7 @@ def resolve(arg: str, results_root: Path, device_key: str | None) -> tuple[str, 
     """``("run", path)``, ``("baseline", path)`` or ``("device", key)`` for
     ``arg``; ValueError saying what was tried when it is none of them."""
     path = Path(arg)
-    if path.suffix == ".jsonl" and path.is_file():
+    if paths.is_run_file(path) and path.is_file():
         return "run", path
     if path.suffix == ".json" and path.is_file():
         return "baseline", path
@@ -34,11 +33,12 @@ def resolve(arg: str, results_root: Path, device_key: str | None) -> tuple[str, 
         return "device", arg
     runs = paths.runs_dir(paths.device_dir(results_root, device_key)) if device_key else None
     if device_key is not None and "/" not in arg and arg not in (".", ".."):
-        run = paths.run_file(paths.device_dir(results_root, device_key), arg)
-        if run.is_file():
-            return "run", run
+        folder = paths.device_dir(results_root, device_key)
+        for run in (paths.run_file(folder, arg), paths.compact_run_file(folder, arg)):
+            if run.is_file():
+                return "run", run
     where = f" or a run id under {runs}" if device_key else ""
-    raise ValueError(f"{arg!r} is not a run file (.jsonl), a baseline file (.json), a device "
+    raise ValueError(f"{arg!r} is not a run file (.jsonl, .jsonl.gz), a baseline file (.json), a device "
                      f"key under {results_root}{where}")
 
 
@@ -63,13 +63,11 @@ def compare(a: str, b: str, results_root: Path, device_key: str | None = None,
 
 
 def _run_records(path: Path) -> list[dict]:
-    from perfmodel.store.results import read_run_file
+    from perfmodel.store.results import read_run_file, read_run_header
 
-    try:
-        header = json.loads(path.read_text(encoding="utf-8").split("\n", 1)[0])
-        key = header["device_key"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path}: not a perfmodel run file ({exc})") from None
+    key = read_run_header(path).get("device_key")
+    if not isinstance(key, str):
+        raise ValueError(f"{path}: not a perfmodel run file (no device key in its header)")
     records, problems = read_run_file(path, key)
     if problems and not records:
         raise ValueError(problems[0])

@@ -27,12 +27,13 @@ as the sqrt(1 + 1/N) says.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
+
+from perfmodel.store import paths
 
 #: Fewest runs of a kind the statistics are computed on.
 MIN_RUNS = 3
@@ -271,13 +272,15 @@ def _run_id(run: str | None) -> str | None:
     if run is None:
         return None
     path = Path(run)
-    if path.suffix == ".jsonl":
+    if paths.is_run_file(path):
         if not path.is_file():
             raise ValueError(f"run file {path} does not exist")
-        try:
-            return str(json.loads(path.read_text(encoding="utf-8").split("\n", 1)[0])["run_id"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"{path}: not a perfmodel run file ({exc})") from None
+        from perfmodel.store.results import read_run_header
+
+        run_id = read_run_header(path).get("run_id")
+        if not isinstance(run_id, str):
+            raise ValueError(f"{path}: not a perfmodel run file (no run id in its header)")
+        return run_id
     return run
 
 

@@ -5,7 +5,8 @@ checks); each asks here. Per device folder::
 
     device.json                       the device's spec (a CPU: measured once, cached)
     device-<N>threads.json            a CPU spec measured with N torch threads (e.g. ranks)
-    runs/<run-id>.jsonl               one immutable file per run (header, then records)
+    runs/<run-id>.jsonl               a run being written (header, then records, line by line)
+    runs/<run-id>.jsonl.gz            a finished run, compacted (the same lines, gzip)
     predictors/<run-id>/index.json    a fit: its index, and per predictor <stem>.json + .npz
     baseline-<profile>.json           the E2E gate's baseline of a profile
     replay-baseline.json              the replay gate's baseline (every replay case)
@@ -35,6 +36,8 @@ DEFAULT_ROOT = "results"
 SPEC_FILE = "device.json"
 RUNS = "runs"
 RUN_SUFFIX = ".jsonl"
+#: Suffix of a finished run file, compacted (gzip of the same lines).
+COMPACT_RUN_SUFFIX = ".jsonl.gz"
 PREDICTORS = "predictors"
 FIT_INDEX = "index.json"
 OVERHEADS = "overheads"
@@ -112,25 +115,55 @@ def runs_dir(folder: Path) -> Path:
 
 
 def run_file(folder: Path, run_id: str) -> Path:
-    """``runs/<run_id>.jsonl``."""
+    """``runs/<run_id>.jsonl``: the file a run appends to while it runs."""
     _check_id(run_id, "run id")
     return runs_dir(folder) / f"{run_id}{RUN_SUFFIX}"
 
 
+def compact_run_file(folder: Path, run_id: str) -> Path:
+    """``runs/<run_id>.jsonl.gz``: the run once finished and compacted."""
+    _check_id(run_id, "run id")
+    return runs_dir(folder) / f"{run_id}{COMPACT_RUN_SUFFIX}"
+
+
+def compact_path(run: Path) -> Path:
+    """The compacted name (``.jsonl.gz``) of the run file ``run``."""
+    return run if run.name.endswith(COMPACT_RUN_SUFFIX) else run.with_name(run.name + ".gz")
+
+
 def run_files(folder: Path) -> list[Path]:
-    """Every run file of ``folder``, oldest first (run ids start with their UTC time)."""
+    """Every run file of ``folder``, one per run id, oldest first (run ids start with
+    their UTC time). Where a run is there both as ``.jsonl`` and ``.jsonl.gz`` (a
+    compaction stopped before it removed the plain file), the compacted file wins:
+    it is only ever renamed into place complete."""
     runs = runs_dir(folder)
-    return sorted(runs.glob(f"*{RUN_SUFFIX}")) if runs.is_dir() else []
+    if not runs.is_dir():
+        return []
+    found: dict[str, Path] = {}
+    for path in runs.iterdir():
+        if is_run_file(path):
+            run_id = run_id_of(path)
+            if run_id not in found or path.name.endswith(COMPACT_RUN_SUFFIX):
+                found[run_id] = path
+    return [found[k] for k in sorted(found)]
 
 
 def run_id_of(path: Path) -> str:
     """The run id a run file is named after."""
-    return path.name[: -len(RUN_SUFFIX)] if path.name.endswith(RUN_SUFFIX) else path.stem
+    for suffix in (COMPACT_RUN_SUFFIX, RUN_SUFFIX):
+        if path.name.endswith(suffix):
+            return path.name[: -len(suffix)]
+    return path.stem
 
 
 def is_run_file(path: Path) -> bool:
-    """Whether ``path`` is named like a run file."""
-    return path.name.endswith(RUN_SUFFIX)
+    """Whether ``path`` is named like a run file (plain or compacted)."""
+    return path.name.endswith((RUN_SUFFIX, COMPACT_RUN_SUFFIX))
+
+
+def is_compact_run_file(path: Path) -> bool:
+    """Whether ``path`` is named like a compacted run file."""
+    return path.name.endswith(COMPACT_RUN_SUFFIX)
 
 
 # -- fits --------------------------------------------------------------------------------

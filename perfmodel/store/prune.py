@@ -27,12 +27,13 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
 from perfmodel.store import paths
-from perfmodel.store.results import data_id
+from perfmodel.store.results import compact_run, data_id, read_run_header, read_run_text
 
 #: Run files kept per device and profile by default.
 DEFAULT_KEEP = 10
@@ -198,6 +199,36 @@ def prune(root: Path | str, device_keys: Iterable[str] | None = None, keep: int 
     return plans
 
 
+#: A plain run file modified this recently may still be written by a live run.
+COMPACT_MIN_AGE_S = 3600.0
+
+
+def compact_runs(root: Path | str, device_keys: Iterable[str] | None = None,
+                 dry_run: bool = False, min_age_s: float = COMPACT_MIN_AGE_S,
+                 now_s: float | None = None) -> list[tuple[Path, int, int]]:
+    """Compact (gzip, :func:`perfmodel.store.results.compact_run`) every plain run
+    file under ``root`` not modified for ``min_age_s`` seconds: runs that died
+    before they closed, and runs of an older perfmodel. Returns (path, bytes
+    before, bytes after) per file; with ``dry_run`` nothing is written and the
+    size after is 0."""
+    now_s = time.time() if now_s is None else now_s
+    keys = list(device_keys) if device_keys is not None else paths.device_keys(root)
+    done = []
+    for key in keys:
+        for path in paths.run_files(paths.device_dir(root, key)):
+            if paths.is_compact_run_file(path):
+                continue
+            stat = path.stat()
+            if now_s - stat.st_mtime < min_age_s:
+                continue
+            if dry_run:
+                done.append((path, stat.st_size, 0))
+                continue
+            packed = compact_run(path)
+            done.append((packed, stat.st_size, packed.stat().st_size))
+    return done
+
+
 # -- reading ---------------------------------------------------------------------------
 
 def _read_run_headers(folder: Path, problems: list[str]
@@ -206,14 +237,11 @@ def _read_run_headers(folder: Path, problems: list[str]
     out = {}
     for path in paths.run_files(folder):
         try:
-            with open(path, encoding="utf-8") as handle:
-                header = json.loads(handle.readline())
-            if not isinstance(header, dict) or header.get("kind") != "header":
-                raise ValueError("line 1 is not a run header")
+            header = read_run_header(path)
             profile = header.get("profile")
             if profile is not None and not isinstance(profile, str):
                 raise ValueError(f"bad profile {profile!r}")
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
+        except ValueError as exc:
             problems.append(f"{path}: not a readable run file ({exc}); left alone")
             continue
         out[paths.run_id_of(path)] = (profile, path)
@@ -242,8 +270,7 @@ def _runs_holding(runs: dict[str, tuple[str | None, Path]], profile: str,
         if run_profile != profile:
             continue
         try:
-            with open(path, encoding="utf-8") as handle:
-                lines = [line for line in handle if '"e2e"' in line]
+            lines = [line for line in read_run_text(path).split("\n") if '"e2e"' in line]
         except (OSError, UnicodeDecodeError) as exc:
             problems.append(f"{path}: unreadable ({exc})")
             continue

@@ -1,22 +1,29 @@
 """Results store: ``results/<device-key>/``, one immutable JSON Lines file per run.
 
-Run files live in ``results/<device-key>/runs/<run-id>.jsonl``; every path of
+A run appends to ``results/<device-key>/runs/<run-id>.jsonl``; every path of
 the folder is named by :mod:`perfmodel.store.paths`.
 
 A run appends and flushes each record as it is produced, so a run that dies
-loses at most the line it was writing. Readers merge every run file, and a
-corrupt, truncated or foreign file is reported by path while the rest loads.
-Only JSON is read; nothing loaded from here can execute code.
+loses at most the line it was writing. When the run closes, its file is
+compacted: the same lines, gzip-compressed, are written beside it as
+``<run-id>.jsonl.gz`` (through a temporary file renamed into place), and only
+then is the plain file removed. A run that dies before that keeps its plain
+file, and ``perfmodel prune --compact-runs`` compacts it later. Readers merge
+every run file, plain or compacted, and a corrupt, truncated or foreign file is
+reported by path while the rest loads. Only JSON is read; nothing loaded from
+here can execute code.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import math
 import os
 import secrets
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Iterable
@@ -70,7 +77,9 @@ class RunWriter:
     def __init__(self, path: Path, header: dict):
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        # "x": a run never overwrites another run's file.
+        # "x": a run never overwrites another run's file, plain or compacted.
+        if paths.compact_path(path).exists():
+            raise FileExistsError(f"run file {paths.compact_path(path)} exists")
         self._file: IO[str] | None = open(path, "x", encoding="utf-8")
         self._write(header)
 
@@ -86,10 +95,14 @@ class RunWriter:
         self._file.flush()
         os.fsync(self._file.fileno())
 
-    def close(self) -> None:
+    def close(self, compact: bool = True) -> None:
+        """Close the file; with ``compact``, replace it by its compacted form
+        (:func:`compact_run`) and point :attr:`path` there."""
         if self._file is not None:
             self._file.close()
             self._file = None
+            if compact:
+                self.path = compact_run(self.path)
 
 
 class ResultStore:
@@ -163,14 +176,77 @@ class ResultStore:
         return result
 
 
+#: gzip level of compacted run files (6: within a few % of 9's size, several times faster).
+COMPACT_LEVEL = 6
+
+
+def compact_run(path: Path) -> Path:
+    """Replace the plain run file ``path`` by ``<path>.gz`` holding the same bytes,
+    gzip-compressed; return the compacted path. The compressed copy is written
+    to a temporary name, flushed to disk and renamed into place before the plain
+    file is removed, so an interruption at any point loses nothing. A compacted
+    path is returned unchanged."""
+    if paths.is_compact_run_file(path):
+        return path
+    target = paths.compact_path(path)
+    partial = target.with_name(target.name + ".partial")
+    with open(path, "rb") as source, open(partial, "wb") as raw:
+        # mtime=0: the same run compacts to the same bytes
+        with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=COMPACT_LEVEL,
+                           filename="", mtime=0) as packed:
+            while chunk := source.read(1 << 20):
+                packed.write(chunk)
+        raw.flush()
+        os.fsync(raw.fileno())
+    os.replace(partial, target)
+    path.unlink()
+    return target
+
+
+def read_run_text(path: Path) -> str:
+    """The text of a run file, plain or compacted; OSError (gzip's errors
+    included) or UnicodeDecodeError when it cannot be read. A plain file that
+    was compacted after it was listed is read from its compacted form."""
+    if not paths.is_compact_run_file(path) and not path.exists() \
+            and paths.compact_path(path).exists():
+        path = paths.compact_path(path)
+    if not paths.is_compact_run_file(path):
+        return path.read_text(encoding="utf-8")
+    try:
+        with gzip.open(path, "rb") as handle:
+            data = handle.read()
+    except (EOFError, zlib.error) as exc:
+        raise OSError(f"corrupt gzip data ({exc})") from None
+    return data.decode("utf-8")
+
+
+def read_run_header(path: Path) -> dict:
+    """The header of a run file, plain or compacted; ValueError naming ``path``
+    when it has none."""
+    try:
+        if paths.is_compact_run_file(path):
+            with gzip.open(path, "rt", encoding="utf-8") as handle:
+                first = handle.readline()
+        else:
+            with open(path, encoding="utf-8") as handle:
+                first = handle.readline()
+        header = json.loads(first)
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{path}: not a readable run file ({exc})") from None
+    if not isinstance(header, dict) or header.get("kind") != "header":
+        raise ValueError(f"{path}: line 1 is not a perfmodel run header")
+    return header
+
+
 def read_run_file(path: Path, device_key: str) -> tuple[list[dict], list[str]]:
-    """Records of one run file plus problems, each message naming ``path``.
+    """Records of one run file (plain or compacted) plus problems, each message
+    naming ``path``.
 
     A bad header rejects the whole file (wrong schema, foreign device); a bad
     record line is skipped and reported, and the other lines still load.
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_run_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         return [], [f"{path}: unreadable ({exc})"]
     lines = text.split("\n")
