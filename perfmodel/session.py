@@ -246,7 +246,7 @@ class Session:
         its :class:`~perfmodel.measure.timer.Measurement` replicates (none for a
         collective, measured on every rank by :func:`benchmark_collective`)."""
         from perfmodel.measure.bench import (MAX_CALL_S, CaseUnsupported, benchmark_case,
-                                             measurement_record)
+                                             measurement_record, replicates_for)
         from perfmodel.ops import get_op
 
         if get_op(case.op).family == "collective":  # on every rank; rank 0 stores
@@ -255,7 +255,8 @@ class Session:
             return []
         try:
             measurements = benchmark_case(case, self.device, self.torch_device,
-                                          self.timer_settings, MAX_CALL_S[self.options.profile])
+                                          self.timer_settings, MAX_CALL_S[self.options.profile],
+                                          replicates_for(case, self.options.profile))
         except CaseUnsupported as exc:
             raise Unavailable(str(exc)) from None
         speed = self.host_speed()

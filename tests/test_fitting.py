@@ -432,10 +432,13 @@ def test_saved_arrays_are_compressed_and_uncompressed_ones_still_load(tmp_path):
                                   expected)
 
 
-def test_refitting_the_same_records_gives_the_same_predictions():
-    """Every random choice of a fit is seeded: the same records give the same fit."""
+@pytest.mark.parametrize("workers", [1, 2])
+def test_refitting_the_same_records_gives_the_same_predictions(workers):
+    """Every random choice of a fit is seeded: the same records give the same fit,
+    fitted here or in forked worker processes."""
     records = planted_records("linear") + planted_records("relu")
-    first, second = fit_predictors(records, SPEC), fit_predictors(records, SPEC)
+    first, second = fit_predictors(records, SPEC, workers=1), \
+        fit_predictors(records, SPEC, workers=workers)
     assert set(first.predictors) == set(second.predictors) and first.predictors
     for key, predictor in first.predictors.items():
         op = get_op(key[0])
@@ -614,3 +617,12 @@ def test_a_fit_from_before_the_convs_bias_param_loads_and_prices_both():
     if fitted is not None:
         assert len(predictor.feature_matrix([("float32", layer)])[0]) == fitted
     assert get_op("conv2d").added_params == ("BIAS",)
+
+
+def test_a_fit_runs_in_one_process_inside_an_mpi_rank(monkeypatch):
+    from perfmodel.fit.fitting import fit_workers
+
+    monkeypatch.delenv("PMI_RANK", raising=False)
+    assert fit_workers(3) == 3 and fit_workers(0) == 1
+    monkeypatch.setenv("PMI_RANK", "1")
+    assert fit_workers() == 1

@@ -13,8 +13,11 @@ the same configs.
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import random
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -463,7 +466,7 @@ def _same_host_setup(record: dict, device: DeviceSpec, allocator: str | None) ->
 
 def fit_predictors(records: Iterable[dict], device: DeviceSpec,
                    only: Iterable[tuple[str, str]] | None = None,
-                   allocator: str | None = None) -> FitReport:
+                   allocator: str | None = None, workers: int | None = None) -> FitReport:
     """Fit and score every (op, direction) found in ``records`` (or just ``only``),
     on each config's newest measurements (:func:`newest_per_config`).
 
@@ -474,21 +477,87 @@ def fit_predictors(records: Iterable[dict], device: DeviceSpec,
     measured under another host allocator policy
     (:mod:`perfmodel.measure.allocator`); collectives, whose ranks always share the host,
     are kept.
+
+    The (op, direction) pairs are fitted in ``workers`` processes (default:
+    :func:`fit_workers`); each fit is deterministic, so the result is the same
+    for any number of them.
     """
     report = FitReport(threads=device.threads if device.kind == "cpu" else None)
     grouped = samples_from_records(r for r in records
                                    if _same_host_setup(r, device, allocator))
     wanted = set(only) if only is not None else set(grouped)
-    for key in sorted(wanted):
-        samples = grouped.get(key, [])
-        try:
-            report.predictors[key], report.accuracy[key] = fit_op(*key, samples, device)
-        except ValueError as exc:
-            report.skipped[key] = str(exc)
+    jobs = {key: grouped.get(key, []) for key in sorted(wanted)}
+    for key, (fitted, skipped) in _fit_each(jobs, device, fit_workers(workers)).items():
+        if fitted is None:
+            report.skipped[key] = skipped
+        else:
+            report.predictors[key], report.accuracy[key] = fitted
     report.host_speed = HostSpeed.median_of(
         [s.host_speed for key in report.predictors for s in newest_per_config(grouped[key])
          if s.host_speed is not None])
     return report
+
+
+#: Most processes a fit uses (:func:`fit_workers`).
+MAX_FIT_WORKERS = 4
+#: Environment variables an MPI launcher sets in each rank: a rank fits alone.
+_MPI_RANK_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
+
+
+def fit_workers(requested: int | None = None) -> int:
+    """Processes a fit uses: ``requested``, or by default one per usable core up
+    to :data:`MAX_FIT_WORKERS`, and one inside an MPI rank (forking an MPI
+    process is unsafe) or where processes cannot be forked."""
+    if requested is not None:
+        return max(1, int(requested))
+    if any(v in os.environ for v in _MPI_RANK_VARS) \
+            or "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(MAX_FIT_WORKERS, cores or 1))
+
+
+def _fit_one(key: tuple[str, str], samples: list[Sample], device: DeviceSpec
+             ) -> tuple[tuple[OpPredictor, OpAccuracy] | None, str | None]:
+    """(predictor, accuracy) of one (op, direction), or (None, why it cannot be fitted)."""
+    try:
+        return fit_op(*key, samples, device), None
+    except ValueError as exc:
+        return None, str(exc)
+
+
+#: The jobs and device of the fit being run in forked workers, which inherit them
+#: (only the keys and the results cross the pipe).
+_FORKED: tuple[dict, DeviceSpec] | None = None
+
+
+def _fit_forked(key: tuple[str, str]):
+    jobs, device = _FORKED
+    return _fit_one(key, jobs[key], device)
+
+
+def _fit_each(jobs: dict[tuple[str, str], list[Sample]], device: DeviceSpec, workers: int
+              ) -> dict[tuple[str, str], tuple]:
+    """:func:`_fit_one` of every job, in ``workers`` forked processes (largest
+    jobs first) when that is worth it; in this process when one worker is asked
+    for, when there are few jobs, or when anything goes wrong in the pool: every
+    job is then fitted here, so a broken pool or a result that cannot cross the
+    pipe only costs time, and an error of a job itself is raised here."""
+    global _FORKED
+    if workers > 1 and len(jobs) >= 2 * workers:
+        order = sorted(jobs, key=lambda k: -len(jobs[k]))
+        _FORKED = (jobs, device)
+        try:
+            context = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(workers, mp_context=context) as pool:
+                futures = {k: pool.submit(_fit_forked, k) for k in order}
+                done = {k: futures[k].result() for k in order}
+            return {k: done[k] for k in jobs}
+        except Exception:  # the fallback below raises what a job itself raised
+            pass
+        finally:
+            _FORKED = None
+    return {k: _fit_one(k, samples, device) for k, samples in jobs.items()}
 
 
 def fit_run_ids(records: Iterable[dict], device: DeviceSpec,

@@ -2,23 +2,42 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import math
 from dataclasses import dataclass
 
 from perfmodel.device.spec import DeviceSpec
 from perfmodel.ops import OpCase, get_op
 from perfmodel.measure.timer import Measurement, Timer
 
-#: Independent measurements taken of every case; two give the noise floor.
+#: Independent measurements taken of a replicated case; two give the noise floor.
 REPLICATES = 2
+#: Share of a profile's cases of each (op, direction) measured :data:`REPLICATES`
+#: times; the others are measured once. The noise floor (the GMAE between a case's
+#: two replicates) needs pairs, not every case: a quarter of the quick profile's
+#: cases, and at least :data:`MIN_REPLICATED` of each (op, direction), still give
+#: every op its floor, and measuring the rest once cuts the sweep's time by about
+#: a third. Which cases are replicated is fixed (:func:`replicates_for`), the same
+#: in every run.
+REPLICATED_SHARE = {"smoke": 1.0, "quick": 0.25, "gpu": 1.0, "full": 1.0}
+#: Fewest cases of an (op, direction) measured twice, where it has that many.
+MIN_REPLICATED = 6
 
 #: Longest estimated time of one call a profile will run (s). Longer cases are
 #: skipped with a reason: bf16 GEMMs on a CPU without native bf16 support run
 #: tens of times slower than fp32, and a sweep should not wait on them.
 MAX_CALL_S = {"smoke": 0.02, "quick": 0.1, "gpu": 0.05, "full": 2.0}
 
-#: Sampling time budget per case and replicate (s): a sweep of all op families
-#: must fit its profile's wall-time target (smoke < 2 min, quick < 15 min, gpu on a GPU < 6 min).
-BUDGET_S = {"smoke": 0.1, "quick": 0.3, "gpu": 0.3, "full": 1.0}
+#: Sampling time budget per case and replicate (s), flushes of a cold-cache op
+#: included: a sweep of all op families must fit its profile's wall-time target
+#: (the quick main job, fit and E2E included, aims at 12 min; gpu on a GPU < 6 min).
+#: A case that stops on its budget is one whose samples spread: there, two
+#: replicates differ by more than each one's confidence interval says (the
+#: median gap between them is about 1.5 times its half-width), so a longer budget
+#: buys little. Halving quick's from 0.3 s moved the held-out GMAE of a fit by
+#: under a point (docs/journal/2026-11-28-main-job-time.md).
+BUDGET_S = {"smoke": 0.1, "quick": 0.15, "gpu": 0.3, "full": 1.0}
 #: The same for a collective (s). On ranks sharing a CPU a small collective's
 #: samples spread widely (the scheduler decides when each peer runs), so its
 #: median never reaches the CI target and the budget sets its precision: a
@@ -40,6 +59,31 @@ class TimerSettings:
     warmup_s: float = 0.02
     min_samples: int = 5
     cold_cache: bool = False  # flush the L2 before each sample of every op; CUDA only
+
+
+def replicates_for(case: OpCase, profile: str) -> int:
+    """How many times ``profile`` measures ``case``: :data:`REPLICATES` for the
+    cases :func:`replicated_ids` picks (and for a case that is not one of the
+    profile's), else 1."""
+    if REPLICATED_SHARE.get(profile, 1.0) >= 1.0:
+        return REPLICATES
+    try:
+        picked, listed = replicated_ids(case.op, case.direction, profile)
+    except (KeyError, ValueError):  # an op or profile this process does not know
+        return REPLICATES
+    return REPLICATES if case.id in picked or case.id not in listed else 1
+
+
+@functools.lru_cache(maxsize=None)
+def replicated_ids(op: str, direction: str, profile: str) -> tuple[frozenset, frozenset]:
+    """(the ids of the cases of ``op`` in ``direction`` that ``profile`` measures
+    twice, the ids of all its cases there): the :data:`REPLICATED_SHARE` of them
+    (at least :data:`MIN_REPLICATED`) first in the order of a hash of their ids."""
+    ids = sorted({c.id for c in get_op(op).cases(profile) if c.direction == direction},
+                 key=lambda i: hashlib.sha256(i.encode()).digest())
+    share = REPLICATED_SHARE.get(profile, 1.0)
+    count = min(len(ids), max(MIN_REPLICATED, math.ceil(share * len(ids))))
+    return frozenset(ids[:count]), frozenset(ids)
 
 
 def estimated_call_s(case: OpCase, spec: DeviceSpec) -> float:
