@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfmodel.gate.baseline import (Verdict, WorkloadRuns, check_errors, error_fails,
-                                     load_baseline, save_baseline)
+from perfmodel.gate.baseline import (Verdict, WorkloadRuns, built_from_repeats, check_errors,
+                                     error_fails, load_baseline, save_baseline)
 from perfmodel.settings import Settings
 from perfmodel.store.results import ResultStore, new_run_id
 
@@ -740,10 +740,12 @@ class Session:
         if self.options.save_baseline:
             if errors:
                 try:
-                    save_baseline(path, self.device.key, errors, self.env,
-                                  predicted_by_workload=predicted, fit_data=self._fit_data(),
-                                  overhead_by_workload={w: p for w, p in overhead.items()
-                                                        if len(p) == len(errors[w])})
+                    saved = save_baseline(
+                        path, self.device.key, errors, self.env,
+                        predicted_by_workload=predicted, fit_data=self._fit_data(),
+                        overhead_by_workload={w: p for w, p in overhead.items()
+                                              if len(p) == len(errors[w])},
+                        built=built_from_repeats(self.settings.baseline_runs, self.run_id))
                 except OSError as exc:
                     return self._fail_gate(f"cannot save the baseline {path}: "
                                            f"{exc.strerror or exc}")
@@ -752,6 +754,7 @@ class Session:
                 self.gate.lines.append(
                     f"baseline saved to {path}: {len(errors)} workloads, "
                     f"{self.settings.baseline_runs} runs each")
+                self.gate.lines.append(saved.floor_note(path))
             return self.gate
         try:
             baseline = load_baseline(path)
@@ -770,6 +773,9 @@ class Session:
                               fit_data=self._fit_data(),
                               overhead_s={w: p[-1] for w, p in overhead.items()})
         self.gate.verdicts = report.verdicts
+        note = baseline.floor_note(path)
+        if note is not None:
+            self.gate.lines.append(note)
         self.gate.lines.extend(report.lines())
         self.gate.failed = report.failed
         return self.gate

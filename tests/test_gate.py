@@ -594,3 +594,41 @@ def test_workload_runs_group_a_sessions_results_in_run_order():
     assert runs.errors == {"a": [0.01, 0.03], "b": [-0.02]}
     assert runs.predicted_s == {"a": [1.0, 1.5], "b": [2.0]}
     assert runs.overhead_s == {"a": [(0.1, 0.2)]}
+
+
+# -- how a baseline was built ------------------------------------------------------------
+
+from perfmodel.gate.baseline import FLOOR_SPAN_S, built_from_repeats, built_from_sessions  # noqa: E402
+
+
+def test_a_baseline_records_how_it_was_built_and_says_when_it_cannot_set_the_floor(tmp_path):
+    path = tmp_path / "baseline.json"
+    errors = {"mlp": [0.03, 0.05]}
+    repeats = save_baseline(path, "cpu-x", errors, ENV, built=built_from_repeats(5, "r1"))
+    assert load_baseline(path) == repeats and repeats.built["from"] == "repeats"
+    assert "5 repeats inside one session" in repeats.floor_note(path)
+
+    ids = ["20261128T000000Z-1-aaaa", "20261128T013000Z-2-bbbb"]
+    short = save_baseline(path, "cpu-x", errors, ENV, built=built_from_sessions(ids))
+    assert short.built == {"from": "sessions", "runs": ids, "span_s": 5400.0}
+    assert "2 sessions spread over 1.5 h only" in short.floor_note(path)
+
+    ids.append("20261128T053000Z-3-cccc")
+    wide = save_baseline(path, "cpu-x", errors, ENV, built=built_from_sessions(ids))
+    assert wide.built["span_s"] == 5.5 * 3600 >= FLOOR_SPAN_S and wide.floor_note(path) is None
+    assert load_baseline(path) == wide
+
+    old = save_baseline(path, "cpu-x", errors, ENV)  # before it was recorded
+    assert "does not record how it was built" in old.floor_note(path)
+
+
+@pytest.mark.parametrize("built", [[], {"from": "guess"}, {"from": "sessions", "runs": []},
+                                   {"from": "sessions", "runs": [], "span_s": -1}])
+def test_a_bad_built_record_is_named(tmp_path, built):
+    path = tmp_path / "baseline.json"
+    save_baseline(path, "cpu-x", {"mlp": [0.03]}, ENV)
+    data = json.loads(path.read_text())
+    data["built"] = built
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="'built'"):
+        load_baseline(path)

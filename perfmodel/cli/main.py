@@ -19,7 +19,8 @@ def _devices(args: argparse.Namespace) -> int:
 
 def _baseline(args: argparse.Namespace) -> int:
     from perfmodel.device.probe import detect_device
-    from perfmodel.gate.baseline import baseline_errors, overhead_ratios, save_baseline
+    from perfmodel.gate.baseline import (baseline_errors, built_from_sessions, overhead_ratios,
+                                         save_baseline)
     from perfmodel.store.results import ResultStore
 
     spec = detect_device(args.device, Path(args.results), threads=args.threads)
@@ -35,7 +36,8 @@ def _baseline(args: argparse.Namespace) -> int:
     path = store.baseline_path(args.profile)
     saved = save_baseline(path, spec.key, chosen.errors, chosen.env,
                           predicted_by_workload=chosen.predicted_s, fit_data=fit_data,
-                          overhead_by_workload=chosen.overhead_s)
+                          overhead_by_workload=chosen.overhead_s,
+                          built=built_from_sessions(chosen.run_ids))
     for workload, entry in saved.entries.items():
         floor = "" if entry.noise_floor is None else f"  floor {entry.noise_floor:6.2%}"
         print(f"{workload:<22} mean {entry.mean:+7.2%}  spread {entry.spread:6.2%}  n {entry.n}"
@@ -46,6 +48,10 @@ def _baseline(args: argparse.Namespace) -> int:
         print(f"host-overhead model: predicted/traced "
               f"{', '.join(f'{r:.3f}x' for r in ratios)} over {len(ratios)} run(s) of "
               f"{len(with_overhead)} workload(s)")
+    note = saved.floor_note(path)
+    print(note or f"{len(chosen.run_ids)} sessions over "
+                  f"{saved.built['span_s'] / 3600:.1f} h: the allowance covers the floor "
+                  f"between sessions")
     print(f"wrote {path}")
     return 0
 

@@ -66,6 +66,7 @@ host-overhead seconds; the i-th pairs of every workload are taken as one run.
 from __future__ import annotations
 
 import json
+import calendar
 import math
 import statistics
 import time
@@ -85,7 +86,12 @@ _CONSISTENCY_REL = 1e-9
 _CONSISTENCY_ABS = 1e-12
 
 _TOP_KEYS = ("schema", "device_key", "created_unix_s", "env", "workloads")
-_OPTIONAL_TOP_KEYS = ("fit_data",)
+_OPTIONAL_TOP_KEYS = ("fit_data", "built")
+#: Span of separate sessions a baseline's spread should cover to set the gate's
+#: allowance at the floor between sessions (s): a shared VM's slow and fast spells
+#: last hours, so repeats inside one session, or sessions minutes apart, agree more
+#: closely than the next session will.
+FLOOR_SPAN_S = 4 * 3600.0
 _ENTRY_KEYS = ("mean", "spread", "n", "errors")
 _OPTIONAL_ENTRY_KEYS = ("predicted_s", "overhead_s", "fit_data")
 
@@ -225,6 +231,30 @@ class Baseline:
     #: :attr:`perfmodel.fit.fitting.FitReport.data_id` of the fit its runs predicted with,
     #: for entries that do not name their own (baselines saved before entries did)
     fit_data: str | None = None
+    #: How it was built (:func:`built_from_repeats`, :func:`built_from_sessions`);
+    #: None for baselines saved before it was recorded
+    built: dict | None = None
+
+    def floor_note(self, path: object) -> str | None:
+        """A line saying why this baseline cannot set the gate's allowance at the
+        floor between sessions (built from repeats inside one session, from
+        sessions less than :data:`FLOOR_SPAN_S` apart, or not recorded); None
+        when it can."""
+        how = (self.built or {}).get("from")
+        fix = (f"build it with `perfmodel baseline --last N` from N separate sessions "
+               f"spread over {FLOOR_SPAN_S / 3600:.0f} h or more")
+        if how == "repeats":
+            return (f"note: {path} holds {self.built.get('runs', '?')} repeats inside one "
+                    f"session: their spread understates the next session's, so the gate "
+                    f"may fail unchanged code; {fix}")
+        if how == "sessions":
+            span = float(self.built.get("span_s", 0.0))
+            if span < FLOOR_SPAN_S:
+                return (f"note: {path} holds {len(self.built.get('runs', []))} sessions "
+                        f"spread over {span / 3600:.1f} h only: its allowance may be "
+                        f"narrower than the floor between sessions; {fix}")
+            return None
+        return f"note: {path} does not record how it was built; {fix}"
 
     def fit_data_for(self, workload: str) -> str | None:
         """The training-data id ``workload``'s runs predicted with: its entry's,
@@ -238,14 +268,15 @@ def save_baseline(path: Path, device_key: str,
                   created_unix_s: float | None = None,
                   predicted_by_workload: Mapping[str, Sequence[float]] | None = None,
                   fit_data: str | Mapping[str, str | None] | None = None,
-                  overhead_by_workload: Mapping[str, Sequence[Sequence[float]]] | None = None
-                  ) -> Baseline:
+                  overhead_by_workload: Mapping[str, Sequence[Sequence[float]]] | None = None,
+                  built: Mapping | None = None) -> Baseline:
     """Write a schema-2 baseline from each workload's repeated E2E errors (fractions)
     and, when given, the same runs' predicted times (seconds), their (predicted,
     traced) host-overhead seconds, and the id of the fit's training data they were
     predicted with (``fit_data``: one id for every workload, or one per workload, as
     a multi-rank workload is predicted with its ranks' fit and a single-rank one
-    with the session's).
+    with the session's), and how the runs were taken (``built``: see
+    :func:`built_from_repeats`, :func:`built_from_sessions`).
 
     The write is atomic; ``created_unix_s`` defaults to now. Returns what was written.
     ValueError when a workload has no errors or a bad one.
@@ -264,8 +295,30 @@ def save_baseline(path: Path, device_key: str,
     created = time.time() if created_unix_s is None else float(created_unix_s)
     data = {"schema": BASELINE_SCHEMA, "device_key": device_key, "created_unix_s": created,
             "env": dict(env), "workloads": {w: e.to_dict() for w, e in entries.items()}}
+    if built is not None:
+        data["built"] = dict(built)
     write_json_atomic(path, data)
-    return Baseline(device_key, entries, dict(env), created)
+    return Baseline(device_key, entries, dict(env), created,
+                    built=None if built is None else dict(built))
+
+
+def built_from_repeats(runs: int, run_id: str | None) -> dict:
+    """``built`` of a baseline from ``runs`` repeats inside the session ``run_id``."""
+    return {"from": "repeats", "runs": int(runs), "run_id": run_id}
+
+
+def built_from_sessions(run_ids: Sequence[str]) -> dict:
+    """``built`` of a baseline from the separate sessions ``run_ids`` (time-ordered
+    run ids, ``<UTC yyyymmddThhmmssZ>-...``): their ids and the span between the
+    first and the last one's start (s)."""
+    starts = []
+    for run_id in run_ids:
+        try:
+            starts.append(calendar.timegm(time.strptime(run_id[:16], "%Y%m%dT%H%M%SZ")))
+        except ValueError:
+            continue
+    span = float(max(starts) - min(starts)) if len(starts) >= 2 else 0.0
+    return {"from": "sessions", "runs": sorted(run_ids), "span_s": span}
 
 
 def _per_workload(fit_data: str | Mapping[str, str | None] | None,
@@ -289,6 +342,8 @@ class BaselineRuns:
     fits: dict[str, set] = field(default_factory=dict)
     left_out: list[str] = field(default_factory=list)
     env: dict = field(default_factory=dict)
+    #: every run id chosen, for any workload, sorted
+    run_ids: list[str] = field(default_factory=list)
 
 
 def baseline_errors(records: Iterable[Mapping], profile: str, last_runs: int) -> BaselineRuns:
@@ -314,6 +369,7 @@ def baseline_errors(records: Iterable[Mapping], profile: str, last_runs: int) ->
             continue
         ids = sorted(runs)[-last_runs:]  # ids start with UTC time
         chosen = [runs[run] for run in ids]
+        out.run_ids = sorted(set(out.run_ids) | set(ids))
         if ids[-1] > newest:
             newest, out.env = ids[-1], runs[ids[-1]].get("env") or {}
         for r in chosen:
@@ -396,7 +452,17 @@ def _baseline_from_dict(data: object) -> Baseline:
     if not isinstance(workloads, dict):
         raise ValueError(f"'workloads' = {workloads!r} is not an object")
     entries = {name: _entry_from_dict(name, raw) for name, raw in workloads.items()}
-    return Baseline(device_key, entries, data["env"], float(created), fit_data)
+    built = data.get("built")
+    if built is not None:
+        if not isinstance(built, dict) or built.get("from") not in ("repeats", "sessions"):
+            raise ValueError(f"'built' = {built!r} is not an object with 'from' "
+                             f"\"repeats\" or \"sessions\"")
+        if built["from"] == "sessions" and not (
+                isinstance(built.get("runs"), list) and _is_number(built.get("span_s"))
+                and math.isfinite(built["span_s"]) and built["span_s"] >= 0):
+            raise ValueError(f"'built' = {built!r} lacks its list of 'runs' or a "
+                             f"non-negative 'span_s'")
+    return Baseline(device_key, entries, data["env"], float(created), fit_data, built)
 
 
 def _exact_keys(d: dict, keys: tuple[str, ...], what: str,
