@@ -754,7 +754,7 @@ class Session:
                 self.gate.lines.append(
                     f"baseline saved to {path}: {len(errors)} workloads, "
                     f"{self.settings.baseline_runs} runs each")
-                self.gate.lines.append(saved.floor_note(path))
+                self.gate.lines.append(saved.floor_note())
             return self.gate
         try:
             baseline = load_baseline(path)
@@ -773,7 +773,7 @@ class Session:
                               fit_data=self._fit_data(),
                               overhead_s={w: p[-1] for w, p in overhead.items()})
         self.gate.verdicts = report.verdicts
-        note = baseline.floor_note(path)
+        note = baseline.floor_note()
         if note is not None:
             self.gate.lines.append(note)
         self.gate.lines.extend(report.lines())

@@ -178,8 +178,8 @@ def test_two_ranks_store_every_record_once_and_report_once(pytester, planted_res
     assert Counter(r["op"] for r in records) == {"add": 2 * len(add_cases),
                                                  "all_reduce": 2 * len(world2)}
     # file names start with each rank's own time stamp and pid, so pick rank 1's by its suffix
-    rank1_file, = (p for p in runs if p.stem.endswith("-rank1"))
-    rank1 = [json.loads(line) for line in rank1_file.read_text().splitlines()[1:]]
+    rank1_file, = (p for p in runs if paths.run_id_of(p).endswith("-rank1"))
+    rank1 = [json.loads(line) for line in run_lines(rank1_file)[1:]]
     assert rank1 and all(r["op"] == "add" for r in rank1)  # its shard; collectives go to rank 0
     # one host speed, timed by rank 0 alone before the sweep, beside every rank's records
     speeds = {json.dumps(r.get("host_speed"), sort_keys=True) for r in records if r["op"] == "add"}

@@ -458,7 +458,7 @@ def test_budgets(perfmodel_session):
 
 
 @pytest.mark.parametrize("args, expected", [
-    ((), "0.3, 1.0"),                           # quick defaults: BUDGET_S, COLLECTIVE_BUDGET_S
+    ((), "0.15, 1.0"),                          # quick defaults: BUDGET_S, COLLECTIVE_BUDGET_S
     (("--perfmodel-profile=smoke",), "0.1, 0.1"),
     (("--perfmodel-budget=0.05",), "0.05, 0.05"),  # an explicit budget sets both
 ])

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers import run_lines
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -31,7 +33,7 @@ def test_suites_run_end_to_end_in_the_smoke_profile(tmp_path):
     assert "mlp_small" in out and "no baseline at" in out
     (device_dir,) = results.iterdir()
     (run_file,) = (device_dir / "runs").iterdir()
-    kinds = [json.loads(line)["kind"] for line in run_file.read_text().splitlines()]
+    kinds = [json.loads(line)["kind"] for line in run_lines(run_file)]
     from perfmodel.workloads import WORKLOADS
 
     assert kinds[0] == "header" and kinds.count("measurement") > 100

@@ -48,7 +48,7 @@ def _baseline(args: argparse.Namespace) -> int:
         print(f"host-overhead model: predicted/traced "
               f"{', '.join(f'{r:.3f}x' for r in ratios)} over {len(ratios)} run(s) of "
               f"{len(with_overhead)} workload(s)")
-    note = saved.floor_note(path)
+    note = saved.floor_note()
     print(note or f"{len(chosen.run_ids)} sessions over "
                   f"{saved.built['span_s'] / 3600:.1f} h: the allowance covers the floor "
                   f"between sessions")

@@ -235,26 +235,23 @@ class Baseline:
     #: None for baselines saved before it was recorded
     built: dict | None = None
 
-    def floor_note(self, path: object) -> str | None:
-        """A line saying why this baseline cannot set the gate's allowance at the
-        floor between sessions (built from repeats inside one session, from
-        sessions less than :data:`FLOOR_SPAN_S` apart, or not recorded); None
-        when it can."""
+    def floor_note(self) -> str | None:
+        """One line (under 100 columns) saying why this baseline cannot set the
+        gate's allowance at the floor between sessions: built from repeats inside
+        one session, from sessions less than :data:`FLOOR_SPAN_S` apart, or not
+        recorded. None when it can. docs/gate.md says how to build one that can."""
         how = (self.built or {}).get("from")
-        fix = (f"build it with `perfmodel baseline --last N` from N separate sessions "
-               f"spread over {FLOOR_SPAN_S / 3600:.0f} h or more")
         if how == "repeats":
-            return (f"note: {path} holds {self.built.get('runs', '?')} repeats inside one "
-                    f"session: their spread understates the next session's, so the gate "
-                    f"may fail unchanged code; {fix}")
+            return (f"note: the baseline is {self.built.get('runs', '?')} repeats in one "
+                    f"session: narrower than the floor between sessions")
         if how == "sessions":
             span = float(self.built.get("span_s", 0.0))
             if span < FLOOR_SPAN_S:
-                return (f"note: {path} holds {len(self.built.get('runs', []))} sessions "
-                        f"spread over {span / 3600:.1f} h only: its allowance may be "
-                        f"narrower than the floor between sessions; {fix}")
+                return (f"note: the baseline's {len(self.built.get('runs', []))} sessions span "
+                        f"{span / 3600:.1f} h (< {FLOOR_SPAN_S / 3600:.0f} h): it may be "
+                        f"narrower than the floor")
             return None
-        return f"note: {path} does not record how it was built; {fix}"
+        return "note: the baseline does not record how it was built (see docs/gate.md)"
 
     def fit_data_for(self, workload: str) -> str | None:
         """The training-data id ``workload``'s runs predicted with: its entry's,
