@@ -141,8 +141,10 @@ def test_an_unreadable_samples_file_is_kept_beside_the_new_one(tmp_path):
 
 # -- the result types ------------------------------------------------------------------
 
-#: Committed run files: an early one (25 keys per E2E record) and a later one (29).
-COMMITTED_RUNS = ["20261125T154445Z-13784-ed52.jsonl", "20261126T144143Z-20105-23e3.jsonl"]
+#: Run files committed on 2026-11-25 and 26 (their header and E2E records, compacted, under
+#: tests/data/runs/, so that pruning results/ leaves them): an early one (25 keys per E2E
+#: record) and a later one (29).
+COMMITTED_RUNS = ["20261125T154445Z-13784-ed52.jsonl.gz", "20261126T144143Z-20105-23e3.jsonl.gz"]
 
 
 @pytest.mark.parametrize("name", COMMITTED_RUNS)
@@ -153,7 +155,7 @@ def test_a_committed_run_file_loads_as_measured_iterations(name):
     from tests.helpers import REPO
 
     key = "cpu-amd-epyc-f25m1-2c"
-    records, problems = read_run_file(REPO / "results" / key / "runs" / name, key)
+    records, problems = read_run_file(REPO / "tests" / "data" / "runs" / name, key)
     e2e = [r for r in records if r["kind"] == "e2e"]
     assert not problems and len(e2e) == 14 and any("@" in r["workload"] for r in e2e)
     for r in e2e:
