@@ -203,6 +203,13 @@ def compact_run(path: Path) -> Path:
     return target
 
 
+def _open_run_text(path: Path) -> IO[str]:
+    """``path`` opened for reading text, through gzip when it is compacted."""
+    if paths.is_compact_run_file(path):
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
 def read_run_text(path: Path) -> str:
     """The text of a run file, plain or compacted; OSError (gzip's errors
     included) or UnicodeDecodeError when it cannot be read. A plain file that
@@ -210,27 +217,19 @@ def read_run_text(path: Path) -> str:
     if not paths.is_compact_run_file(path) and not path.exists() \
             and paths.compact_path(path).exists():
         path = paths.compact_path(path)
-    if not paths.is_compact_run_file(path):
-        return path.read_text(encoding="utf-8")
     try:
-        with gzip.open(path, "rb") as handle:
-            data = handle.read()
+        with _open_run_text(path) as handle:
+            return handle.read()
     except (EOFError, zlib.error) as exc:
         raise OSError(f"corrupt gzip data ({exc})") from None
-    return data.decode("utf-8")
 
 
 def read_run_header(path: Path) -> dict:
     """The header of a run file, plain or compacted; ValueError naming ``path``
     when it has none."""
     try:
-        if paths.is_compact_run_file(path):
-            with gzip.open(path, "rt", encoding="utf-8") as handle:
-                first = handle.readline()
-        else:
-            with open(path, encoding="utf-8") as handle:
-                first = handle.readline()
-        header = json.loads(first)
+        with _open_run_text(path) as handle:
+            header = json.loads(handle.readline())
     except (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError) as exc:
         raise ValueError(f"{path}: not a readable run file ({exc})") from None
     if not isinstance(header, dict) or header.get("kind") != "header":
