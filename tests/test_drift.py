@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfmodel.measure.drift import (DriftSample, HostDrift, HostSpeed, measure_host_speed, probe,
-                             summarise)
+from perfmodel.measure.drift import (DriftSample, HostDrift, HostSpeed, OpDrift,
+                                     measure_host_speed, op_drift_factors, probe, summarise)
 from perfmodel.ops import get_op
 
 
@@ -143,3 +143,46 @@ def test_a_stream_follows_the_memory_drift_and_a_gemm_the_compute_drift():
     assert 1.0 <= drift.seconds("linear", LINEAR, "float32", "backward", 1.0) < 1.0 + 1e-3
     with pytest.raises(ValueError, match="bad host drift figures"):
         HostDrift(0.0, 1.0, 2e10)
+
+
+# -- each op's own drift ---------------------------------------------------------------
+
+
+def _measured(op, direction, config, seconds, cache="hot", dtype="float32"):
+    return {"kind": "measurement", "op": op, "direction": direction, "dtype": dtype,
+            "config": config, "measurement": {"median_s": seconds, "cache": cache}}
+
+
+@given(st.floats(0.1, 10.0), st.lists(st.floats(1e-6, 1.0), min_size=3, max_size=12))
+def test_an_op_slowed_by_a_factor_everywhere_drifts_by_that_factor(factor, seconds):
+    then = [_measured("linear", "forward", {"B": i}, s) for i, s in enumerate(seconds)]
+    now = [_measured("linear", "forward", {"B": i}, s * factor) for i, s in enumerate(seconds)]
+    assert op_drift_factors(now, then) == {"linear.forward": pytest.approx(factor)}
+
+
+def test_op_drift_is_the_median_over_the_configs_both_sweeps_timed():
+    then = [_measured("relu", "forward", {"N": n}, 1.0) for n in range(5)]
+    then += [_measured("relu", "forward", {"N": 0}, 3.0),  # a replicate: the median is 2
+             _measured("relu", "forward", {"N": 9}, 1.0),  # not timed now
+             _measured("relu", "forward", {"N": 1}, 1.0, cache="cold"),  # another cache state
+             _measured("add", "forward", {"N": 1}, 1.0)]  # too few shared configs
+    now = [_measured("relu", "forward", {"N": n}, f) for n, f in
+           zip(range(5), (2.0, 1.5, 3.0, 1.2, 9.0))]
+    now += [_measured("relu", "forward", {"N": 1}, 50.0, cache="cold"),
+            _measured("add", "forward", {"N": 1}, 2.0)]
+    # per config now/then: 1.0, 1.5, 3.0, 1.2, 9.0 (and the cold 50) -> median 2.25
+    assert op_drift_factors(now, then) == {"relu.forward": pytest.approx(2.25)}
+    assert op_drift_factors(now, then, min_shared=1)["add.forward"] == pytest.approx(2.0)
+    assert op_drift_factors([], then) == {}
+
+
+def test_op_drift_prices_an_op_with_its_own_factor_else_the_host_drift():
+    host = HostDrift(2.0, 2.0, 2e10)
+    drift = OpDrift({"linear.backward": 1.5}, host)
+    assert drift.seconds("linear", LINEAR, "float32", "backward", 1.0) == pytest.approx(1.5)
+    assert drift.seconds("linear", LINEAR, "float32", "forward", 1.0) == pytest.approx(2.0)
+    assert OpDrift({"linear.backward": 1.5}).seconds("sgd_foreach", SGD, "float32", "forward",
+                                                     3.0) == 3.0
+    assert drift.to_dict() == {"factors": {"linear.backward": 1.5}, "fallback": host.to_dict()}
+    with pytest.raises(ValueError, match="must be > 0"):
+        OpDrift({"linear.forward": 0.0})

@@ -437,3 +437,42 @@ def test_ops_are_moved_by_the_hosts_drift_before_the_contention():
                          host=HostModel(drift=memory_only, contention=beside)).total_s
     # the drifted 2 ms needs its bytes for half its time: 2 x (1 + 0.5 x 0.5) ms
     assert both - plain == pytest.approx(2.5e-3 - 1e-3)
+
+
+def test_ops_drift_by_the_sweeps_at_the_hosts_thread_count_now_and_beside_the_fit(tmp_path):
+    """The newest 2-thread sweep over the one started nearest the 1-thread fit's
+    data, op by op; runs at another thread count and sweeps too far from the
+    fit's data are not read."""
+    from types import SimpleNamespace
+
+    from perfmodel.e2e import ranks
+    from perfmodel.store.results import ResultStore
+
+    store = ResultStore(tmp_path, "cpu-x-2c")
+
+    def sweep(run_id, threads, seconds):
+        run = store.open_run({"threads": threads}, "quick", run_id)
+        for op, s in seconds.items():
+            for n in range(4):
+                run.append({"kind": "measurement", "op": op, "direction": "forward",
+                            "dtype": "float32", "config": {"N": n}, "replicate": 0,
+                            "env": {"threads": threads},
+                            "measurement": {"median_s": s * (n + 1), "cache": "hot"}})
+        run.close()
+
+    sweep("20261126T060000Z-1-aaaa", 2, {"linear": 1.0, "relu": 1.0})  # nearest the fit's data
+    sweep("20261126T020000Z-2-bbbb", 2, {"linear": 9.0, "relu": 9.0})  # farther
+    sweep("20261126T070000Z-3-cccc", 1, {"linear": 0.1, "relu": 0.1})  # the ranks' count
+    sweep("20261128T010000Z-4-dddd", 2, {"linear": 1.5})  # a sweep of one op
+    sweep("20261128T020000Z-5-eeee", 2, {"relu": 3.0})  # the newest
+    sweep("20261128T030000Z-6-ffff", 1, {"linear": 7.0, "relu": 7.0})
+    fit = SimpleNamespace(data_runs=("20261125T000000Z-7-0000", "20261126T070000Z-3-cccc"),
+                          data_id="planted")
+    factors, note = ranks.sweep_op_drift(store, fit, 2)
+    assert factors == {"linear.forward": pytest.approx(1.5), "relu.forward": pytest.approx(3.0)}
+    assert "20261128T020000Z-5-eeee, 20261128T010000Z-4-dddd over 20261126T060000Z-1-aaaa" in note
+    far = SimpleNamespace(data_runs=("20261120T000000Z-7-0000",), data_id="far")
+    assert ranks.sweep_op_drift(store, far, 2)[0] == {}
+    assert "no 2-thread sweep within 12 h" in ranks.sweep_op_drift(store, far, 2)[1]
+    assert ranks.sweep_op_drift(store, fit, 4) == ({}, "no op drift: no 4-thread sweep or no "
+                                                        "dated fit data")

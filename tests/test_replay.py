@@ -355,3 +355,26 @@ def test_the_e2e_path_saves_what_it_predicted(captured, planted_linear_fit, tmp_
     assert case.measured == MeasuredTiming(None, None, 0, 0, None)
     assert case.recorded["predicted_s"] == result.predicted_s
     assert case.config == {"size": "tiny"} and case.threads == THREADS
+
+
+def test_a_multirank_case_replays_with_the_op_drift_it_recorded(corpus, captured, capsys):
+    """Each op's own drift, saved with the ranks, moves those ops' prices again
+    on replay; a malformed one is a problem naming the case."""
+    root, key = corpus
+    graph = captured["mlp_small"]
+    folder = paths.device_dir(root, key)
+    predicted = {}
+    for name, op_drift in (("plain@2", None), ("drifted@2", {"linear.forward": 3.0,
+                                                            "linear.backward": 3.0}),
+                           ("broken@2", {"linear.forward": -1})):
+        case = _case(graph, name, key, measured_s=graph.measured_s)
+        case.graphs = [graph, graph]
+        case.ranks = {"threads_per_rank": THREADS, "cores": 2, "contention": None,
+                      "host_speed": None, "op_drift": op_drift}
+        save_case(paths.replay_file(folder, name), case)
+    data = json.loads(_run(capsys, "--results", str(root), "--device", key, "--json",
+                           "--workload", "plain@2", "drifted@2", "broken@2"))
+    cases = data["devices"][key]["cases"]
+    predicted = {name: cases[name]["predicted_s"] for name in ("plain@2", "drifted@2")}
+    assert predicted["drifted@2"] > predicted["plain@2"]
+    assert "op drift factors must be > 0" in cases["broken@2"]["problem"]

@@ -69,7 +69,9 @@ from typing import Callable
 
 from perfmodel.store import paths as store_paths
 from perfmodel.measure.contention import Contention, measure_contention
-from perfmodel.measure.drift import HostDrift, HostSpeed, measure_host_speed
+from perfmodel.measure.drift import (HostDrift, HostSpeed, OpDrift, measure_host_speed,
+                                     op_drift_factors)
+from perfmodel.store.results import read_run_file, read_run_header, run_start_s
 from perfmodel.e2e.result import IterationTiming, MeasuredIteration
 from perfmodel.e2e.single import (MEASURE, TRACE_ITERATIONS, TRACE_WARMUP, shared_table,
                                   traces_dir)
@@ -150,6 +152,84 @@ def drift_unavailable(fit, threads: int, profile: str = "quick") -> str | None:
 #: The old result type of :func:`predict_ranks`, kept for one release: a
 #: multi-rank prediction is an :class:`IterationPrediction` with its ranks now.
 RanksPrediction = IterationPrediction
+
+
+#: A sweep at the host's own thread count started at most this long before or
+#: after the newest measurements of the ranks' fit counts as taken beside them (s).
+BESIDE_FIT_S = 12 * 3600.0
+#: A run with at least this many measurement records is a whole sweep: reading
+#: runs for either side of :func:`sweep_op_drift` stops at one.
+SWEEP_RECORDS = 500
+#: Most run files read for either side of :func:`sweep_op_drift`.
+MAX_RUNS_READ = 4
+
+_OP_DRIFT_CACHE: dict[tuple, tuple[dict[str, float], str]] = {}
+
+
+def sweep_op_drift(store, fit, sweep_threads: int) -> tuple[dict[str, float], str]:
+    """Each op's own drift since ``fit`` (the ranks' fit, measured at their
+    thread count), read from two sweeps of ``store`` at ``sweep_threads`` torch
+    threads, the count a session sweeps at: the newest one, and the one started
+    nearest the fit's newest measurements (within :data:`BESIDE_FIT_S`).
+    Returns :func:`~perfmodel.measure.drift.op_drift_factors` (``"op.direction"``
+    to now over then; empty when there is no such pair) and one line saying
+    which runs gave them. Each side reads runs newest or nearest first, an op's
+    records from the first run that has any, until it has read a whole sweep
+    (:data:`SWEEP_RECORDS`) or :data:`MAX_RUNS_READ` runs. The result is kept
+    per store, fit and set of runs, so one session's multi-rank items read the
+    runs once."""
+    runs = []
+    for path in store_paths.run_files(store.dir):
+        try:
+            header = read_run_header(path)
+        except ValueError:
+            continue
+        run_id = store_paths.run_id_of(path)
+        start = run_start_s(run_id)
+        if (header.get("device_key") == store.device_key and start is not None
+                and (header.get("env") or {}).get("threads") == sweep_threads):
+            runs.append((start, run_id, path))
+    fit_starts = [t for t in map(run_start_s, fit.data_runs) if t is not None]
+    if not runs or not fit_starts:
+        return {}, f"no op drift: no {sweep_threads}-thread sweep or no dated fit data"
+    key = (str(store.dir), store.device_key, fit.data_id, sweep_threads,
+           tuple(r[1] for r in runs))
+    if key not in _OP_DRIFT_CACHE:
+        fit_at = max(fit_starts)
+        beside = sorted((r for r in runs if abs(r[0] - fit_at) <= BESIDE_FIT_S),
+                        key=lambda r: (abs(r[0] - fit_at), r[1]))
+        if not beside:
+            _OP_DRIFT_CACHE[key] = ({}, f"no op drift: no {sweep_threads}-thread sweep within "
+                                        f"{BESIDE_FIT_S / 3600:g} h of the fit's data")
+        else:
+            now, now_ids = _sweep_records(sorted(runs, reverse=True), store.device_key)
+            then, then_ids = _sweep_records(beside, store.device_key)
+            factors = op_drift_factors(now, then)
+            _OP_DRIFT_CACHE[key] = (factors, f"op drift of {len(factors)} op(s): "
+                                             f"{sweep_threads}-thread runs {', '.join(now_ids)} "
+                                             f"over {', '.join(then_ids)}")
+    return _OP_DRIFT_CACHE[key]
+
+
+def _sweep_records(runs: list[tuple[float, str, Path]], device_key: str
+                   ) -> tuple[list[dict], list[str]]:
+    """Measurement records of ``runs`` in their order, each (op, direction) from
+    the first run that has it (see :func:`sweep_op_drift`), and the ids of the
+    runs they came from."""
+    out: list[dict] = []
+    seen: set[tuple[str, str]] = set()
+    read: list[str] = []
+    for _, run_id, path in runs[:MAX_RUNS_READ]:
+        records, _ = read_run_file(path, device_key)
+        records = [r for r in records if r["kind"] == "measurement"]
+        fresh = {(r["op"], r["direction"]) for r in records} - seen
+        if fresh:
+            read.append(run_id)
+            out.extend(r for r in records if (r["op"], r["direction"]) in fresh)
+            seen |= fresh
+        if len(records) >= SWEEP_RECORDS:
+            break
+    return out, read
 
 
 def comm_pricer(fit) -> Callable[[str, dict[str, int]], CommPrice]:
@@ -309,8 +389,10 @@ def run_multirank(workload: str, world_size: int, results_root: Path, device_key
     cfg = get_multirank_workload(workload)
     cores = cores or usable_cpus()
     threads = rank_threads(world_size, cores)
-    fit = require_fit(ResultStore(Path(results_root), device_key), threads, profile)
-    note = drift_unavailable(fit, threads, profile)
+    store = ResultStore(Path(results_root), device_key)
+    fit = require_fit(store, threads, profile)
+    op_drift, _ = sweep_op_drift(store, fit, cores) if cores != threads else ({}, "")
+    note = None if op_drift else drift_unavailable(fit, threads, profile)
     if note:
         warnings.warn(f"{cfg.name}@{world_size}: {note}", stacklevel=2)
     with tempfile.TemporaryDirectory(prefix="perfmodel-multirank-") as tmp:
@@ -318,7 +400,8 @@ def run_multirank(workload: str, world_size: int, results_root: Path, device_key
         cmd = [mpiexec_path(), "-n", str(world_size), sys.executable, "-m", "perfmodel.e2e.ranks",
                "--workload", cfg.name, "--results", str(results_root), "--device-key",
                device_key, "--bandwidth", repr(bandwidth_B_per_s), "--profile", profile,
-               "--cores", str(cores), "--bias", json.dumps(bias or {}), "--out", str(out)]
+               "--cores", str(cores), "--bias", json.dumps(bias or {}),
+               "--op-drift", json.dumps(op_drift), "--out", str(out)]
         if replay is not None:
             cmd += ["--replay", str(replay)]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -442,7 +525,7 @@ def _run_rank(args: argparse.Namespace, world, label: str) -> None:
         graphs = [build_graph(load_trace(f.et, f.kineto, f.calibration)) for f in files]
         record = result_record(label, graphs, fit, table, args.bandwidth, timing,
                                json.loads(args.bias), torch.get_num_threads(), args.cores,
-                               contention, speed)
+                               contention, speed, json.loads(args.op_drift))
         write_json_atomic(Path(args.out), record)
         if args.replay:
             save_ranks_replay(Path(args.replay), record, graphs, timing[0], args.device_key,
@@ -453,7 +536,7 @@ def save_ranks_replay(path: Path, record: dict, graphs: list[Graph], measured: I
                       device_key: str, bandwidth_B_per_s: float, cores: int, config,
                       size: str) -> Path:
     """Save the ranks' capture (every rank's task graph, the measured iteration and
-    what their shared host needs: threads, cores, contention, rank 0's host speed;
+    what their shared host needs: threads, cores, contention, rank 0's host speed, op drift;
     ``record``: :func:`result_record`'s; ``config`` the workload's at ``size``) as a
     replay case at ``path`` (:mod:`perfmodel.replay.case`)."""
     from perfmodel.measure.env import environment
@@ -469,7 +552,8 @@ def save_ranks_replay(path: Path, record: dict, graphs: list[Graph], measured: I
         {"world_size": len(graphs), "size": size, **plain_config(config)},
         ranks=plain_config({"threads_per_rank": threads, "cores": cores,
                             "contention": record["contention"],
-                            "host_speed": record["host_speed"]}),
+                            "host_speed": record["host_speed"],
+                            "op_drift": record.get("op_drift")}),
         recorded=plain_config({"predicted_s": record["predicted_s"],
                                "fit_data": record["fit_data"], "bias": record["bias"]})))
 
@@ -489,15 +573,19 @@ def result_record(label: str, graphs: list[Graph], fit, table: OverheadTable,
                   bandwidth_B_per_s: float, timing: tuple[IterationTiming, list[float]],
                   bias: dict[str, float], threads: int, cores: int,
                   contention: Contention | None = None,
-                  host_speed: HostSpeed | None = None) -> dict:
+                  host_speed: HostSpeed | None = None,
+                  op_drift: dict[str, float] | None = None) -> dict:
     """Rank 0's JSON result: measured and predicted iteration (s), breakdown
     (mean per rank, s), per-rank predictions and medians, what was unmodelled,
     the ``contention`` the ranks measured (None: not measured), rank 0's
-    ``host_speed`` and the drift from the fit's (None: either not measured), and
-    the prediction at the fit's host speed (``predicted_fit_speed_s``)."""
+    ``host_speed`` and the drift from the fit's (None: either not measured),
+    each op's own drift (``op_drift``, :func:`sweep_op_drift`; ops without one
+    move with the host's), and the prediction at the fit's host speed
+    (``predicted_fit_speed_s``)."""
     measured, rank_medians = timing
-    drift = (HostDrift.between(host_speed, fit.host_speed, bandwidth_B_per_s)
+    probe = (HostDrift.between(host_speed, fit.host_speed, bandwidth_B_per_s)
              if host_speed is not None and fit.host_speed is not None else None)
+    drift = OpDrift(dict(op_drift), probe) if op_drift else probe
     host = HostModel.of_ranks(len(graphs), threads, cores, contention, drift)
     shared = predict_ranks(graphs, fit, table, bias, host=host)
     own_table = table_from_samples([samples_from_graph(f"{label}.rank{r}", g, bandwidth_B_per_s)
@@ -510,7 +598,8 @@ def result_record(label: str, graphs: list[Graph], fit, table: OverheadTable,
         "cores": cores, "cpu_share": host.cpu_share, "comm_host_share": host.comm_host_share,
         "contention": None if contention is None else contention.to_dict(),
         "host_speed": None if host_speed is None else host_speed.to_dict(),
-        "host_drift": None if drift is None else drift.to_dict(),
+        "host_drift": None if probe is None else probe.to_dict(),
+        "op_drift": dict(op_drift) if op_drift else None,
         "measured": {"median_s": measured.median_s, "sd_s": measured.sd_s,
                      "repeat": measured.repeat, "number": measured.number,
                      "items_per_s": measured.items_per_s},
@@ -542,6 +631,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--profile", default="quick", choices=sorted(SIZES))
     parser.add_argument("--cores", type=int, required=True, help="cores shared by the ranks")
     parser.add_argument("--bias", default="{}", help="planted prediction error, JSON")
+    parser.add_argument("--op-drift", default="{}",
+                        help="each op's own drift since the fit (sweep_op_drift), JSON")
     parser.add_argument("--out", required=True, help="rank 0's JSON result")
     parser.add_argument("--replay", default=None, help="rank 0's replay case (gzip JSON)")
     return parser

@@ -66,7 +66,6 @@ host-overhead seconds; the i-th pairs of every workload are taken as one run.
 from __future__ import annotations
 
 import json
-import calendar
 import math
 import statistics
 import time
@@ -75,6 +74,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfmodel.plaindata import write_json_atomic
+from perfmodel.store.results import run_start_s
 
 BASELINE_SCHEMA = 2
 DEFAULT_SPREAD_K = 3.0
@@ -308,12 +308,7 @@ def built_from_sessions(run_ids: Sequence[str]) -> dict:
     """``built`` of a baseline from the separate sessions ``run_ids`` (time-ordered
     run ids, ``<UTC yyyymmddThhmmssZ>-...``): their ids and the span between the
     first and the last one's start (s)."""
-    starts = []
-    for run_id in run_ids:
-        try:
-            starts.append(calendar.timegm(time.strptime(run_id[:16], "%Y%m%dT%H%M%SZ")))
-        except ValueError:
-            continue
+    starts = [s for s in map(run_start_s, run_ids) if s is not None]
     span = float(max(starts) - min(starts)) if len(starts) >= 2 else 0.0
     return {"from": "sessions", "runs": sorted(run_ids), "span_s": span}
 

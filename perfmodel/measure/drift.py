@@ -19,6 +19,11 @@ records, a fit keeps the median over its training records, and a multi-rank
 E2E run, which prices its ranks with a fit measured earlier, times the
 reference ops again and moves each op's fitted time by the ratio
 (:class:`HostDrift`).
+
+Two reference ops do not stand for every op, so where two sweeps at another
+thread count timed the same configs of an op, one beside the fit's
+measurements and one now, that op moves by its own factor instead
+(:func:`op_drift_factors`, :class:`OpDrift`).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 from perfmodel.fit.metrics import gmae
 
@@ -251,3 +256,72 @@ class HostDrift:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+# -- each op's own drift, from two sweeps at another thread count ---------------------
+
+#: Fewest configs two sweeps must both have timed for an op to get its own drift
+#: factor (:func:`op_drift_factors`); an op with fewer keeps the reference ops'.
+MIN_SHARED_CONFIGS = 3
+
+
+def _config_seconds(records: Iterable[dict]) -> dict[tuple, float]:
+    """Per (op, direction, dtype, config, cache) of the measurement ``records``:
+    the median of their ``median_s`` (over replicates, and over runs where the
+    caller merged several)."""
+    times: dict[tuple, list[float]] = {}
+    for r in records:
+        if r.get("kind") != "measurement":
+            continue
+        m = r["measurement"]
+        key = (r["op"], r["direction"], r["dtype"],
+               tuple(sorted((str(k), v) for k, v in r["config"].items())), m.get("cache"))
+        times.setdefault(key, []).append(float(m["median_s"]))
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def op_drift_factors(now: Iterable[dict], then: Iterable[dict],
+                     min_shared: int = MIN_SHARED_CONFIGS) -> dict[str, float]:
+    """How much slower each op runs in the measurement records ``now`` than in
+    ``then``: per ``"op.direction"``, the median over the configs both timed
+    (same dtype, params and cache state) of the seconds now over the seconds
+    then. Ops that share fewer than ``min_shared`` configs are left out."""
+    a, b = _config_seconds(now), _config_seconds(then)
+    ratios: dict[str, list[float]] = {}
+    for key in a.keys() & b.keys():
+        if a[key] > 0 and b[key] > 0:
+            ratios.setdefault(f"{key[0]}.{key[1]}", []).append(a[key] / b[key])
+    return {op: statistics.median(v) for op, v in sorted(ratios.items()) if len(v) >= min_shared}
+
+
+@dataclass(frozen=True)
+class OpDrift:
+    """How much slower than at its fit each op runs now, op by op.
+
+    ``factors`` maps ``"op.direction"`` to the op's own drift
+    (:func:`op_drift_factors`: the same configs timed by two sweeps at another
+    thread count, one taken beside the fit's measurements and one now); an op
+    without a factor moves by ``fallback`` (the reference ops'
+    :class:`HostDrift`; None: not at all). Two reference ops cannot stand for
+    every op: between two sessions hours apart a GEMM, a stream and an
+    embedding bag each move by their own amount."""
+
+    factors: dict[str, float]
+    fallback: HostDrift | None = None
+
+    def __post_init__(self):
+        if not all(isinstance(v, (int, float)) and v > 0 for v in self.factors.values()):
+            raise ValueError(f"op drift factors must be > 0, got {self.factors}")
+
+    def seconds(self, op: str, params: dict[str, int], dtype: str, direction: str,
+                fit_s: float) -> float:
+        """Seconds of ``op`` now, predicted ``fit_s`` by the fit."""
+        factor = self.factors.get(f"{op}.{direction}")
+        if factor is not None:
+            return fit_s * factor
+        return fit_s if self.fallback is None else self.fallback.seconds(
+            op, params, dtype, direction, fit_s)
+
+    def to_dict(self) -> dict:
+        return {"factors": dict(self.factors),
+                "fallback": None if self.fallback is None else self.fallback.to_dict()}

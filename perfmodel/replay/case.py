@@ -83,8 +83,9 @@ class ReplayCase:
     ``bandwidth_Bps``: the device's memory bandwidth (B/s), which prices the
     overhead table's unmodelled bytes; ``threads``: the torch threads of the
     process (of each rank); ``ranks``: for several ranks, ``threads_per_rank``,
-    ``cores``, the ``contention`` they measured and rank 0's ``host_speed``
-    (plain dicts, None when not measured); ``recorded``: what the capture itself
+    ``cores``, the ``contention`` they measured, rank 0's ``host_speed`` and
+    each op's own drift since the fit, ``op_drift`` (``"op.direction"`` to a
+    factor; plain dicts, None when not measured); ``recorded``: what the capture itself
     predicted (``predicted_s``, ``fit_data``, ``bias``), for reference."""
 
     workload: str

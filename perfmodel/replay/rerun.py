@@ -242,7 +242,7 @@ def _host_model(case: ReplayCase, fit):
     """The :class:`~perfmodel.simulate.host.HostModel` of a multi-rank case, as
     :func:`perfmodel.e2e.ranks.result_record` builds it."""
     from perfmodel.measure.contention import Contention
-    from perfmodel.measure.drift import HostDrift, HostSpeed
+    from perfmodel.measure.drift import HostDrift, HostSpeed, OpDrift
     from perfmodel.simulate.host import HostModel
 
     ranks = case.ranks or {}
@@ -254,6 +254,11 @@ def _host_model(case: ReplayCase, fit):
         raise ValueError(f"bad ranks figures: {exc}") from None
     drift = (HostDrift.between(speed, fit.host_speed, case.bandwidth_Bps)
              if speed is not None and getattr(fit, "host_speed", None) is not None else None)
+    if ranks.get("op_drift"):
+        try:
+            drift = OpDrift({str(k): float(v) for k, v in dict(ranks["op_drift"]).items()}, drift)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"bad ranks figures: op_drift: {exc}") from None
     threads = int(ranks.get("threads_per_rank", case.threads or 1))
     cores = int(ranks.get("cores", threads * len(case.graphs)))
     return HostModel.of_ranks(len(case.graphs), threads, cores, contention, drift)

@@ -52,7 +52,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Sequence
 
 from perfmodel.measure.contention import WAKE_WORK_S, Contention
-from perfmodel.measure.drift import HostDrift
+from perfmodel.measure.drift import HostDrift, OpDrift
 
 if TYPE_CHECKING:
     from perfmodel.trace.graph import Task
@@ -78,7 +78,7 @@ class HostModel:
     wake_lag_s: float = 0.0
     wake_ramp_s: float = 0.0
     contention: Contention | None = None
-    drift: HostDrift | None = None
+    drift: HostDrift | OpDrift | None = None
     collective_start_s: tuple[float, ...] = ()
     collective_s: tuple[float, ...] = ()
 
@@ -92,7 +92,7 @@ class HostModel:
     @classmethod
     def of_ranks(cls, world_size: int, threads_per_rank: int, cores: int,
                  contention: Contention | None = None,
-                 drift: HostDrift | None = None) -> "HostModel":
+                 drift: HostDrift | OpDrift | None = None) -> "HostModel":
         """``world_size`` ranks of ``threads_per_rank`` threads on ``cores``
         cores: ``cpu_share`` is the ``contention``'s compute slowdown (None:
         :func:`oversubscription`), the wake-up lag the contention's, whole after

@@ -16,6 +16,7 @@ here can execute code.
 
 from __future__ import annotations
 
+import calendar
 import gzip
 import hashlib
 import json
@@ -52,6 +53,15 @@ def data_id(run_ids: Iterable[str]) -> str:
     if not runs:
         return ""
     return hashlib.sha256("\n".join(runs).encode()).hexdigest()[:16]
+
+
+def run_start_s(run_id: str) -> float | None:
+    """When the run ``run_id`` started (Unix seconds, from the UTC stamp its id
+    begins with, as :func:`new_run_id` writes it); None for an id without one."""
+    try:
+        return float(calendar.timegm(time.strptime(run_id[:16], "%Y%m%dT%H%M%SZ")))
+    except ValueError:
+        return None
 
 
 def new_run_id() -> str:
