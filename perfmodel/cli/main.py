@@ -358,8 +358,11 @@ def _add_replay_command(sub) -> None:
                         help="device key, a folder under RESULTS (default: every device with "
                              "replay cases)")
     replay.add_argument("--fit", default=None, metavar="PATH",
-                        help="a predictors folder (RESULTS/<key>/predictors/<run-id>) to "
-                             "predict with")
+                        help="a predictors folder (RESULTS/<key>/predictors/<run-id>), or a "
+                             "device key for that device's newest fit, to predict with; "
+                             "another device's fit is moved to this one by the two data "
+                             "sheets (perfmodel.fit.transfer) and prices host overheads "
+                             "with that device's table")
     replay.add_argument("--workload", nargs="+", default=None, metavar="NAME",
                         help="only these workloads")
     replay.add_argument("--attribute", action="store_true",

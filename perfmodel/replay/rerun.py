@@ -134,8 +134,18 @@ def replay_device(root: Path, device_key: str, fit_path: Path | None = None,
                              f"{paths.replay_dir(store.dir)}; cases: {', '.join(files) or 'none'}")
         files = {w: p for w, p in files.items() if w in workloads}
     out = DeviceReplay(device_key, [], [], [])
-    given = require_current(load_fit(Path(fit_path)) if fit_path is not None else None,
-                            device_key)
+    table_dir = store.dir
+    given, fit_label = None, None
+    if fit_path is not None:
+        fit_path = resolve_fit_path(Path(root), Path(fit_path))
+        source_dir = fit_path.parent.parent
+        given = load_fit(fit_path)
+        source_key = given.device_key or source_dir.name
+        require_current(given, source_key)
+        fit_label = str(fit_path)
+        if source_key != device_key:
+            given, fit_label = _moved_fit(given, fit_label, source_dir, store)
+            table_dir = source_dir  # nothing learned on the target: its overheads neither
     fits: dict[int | None, tuple] = {}
     tables: dict[float, object] = {}
     for path in files.values():
@@ -145,7 +155,7 @@ def replay_device(root: Path, device_key: str, fit_path: Path | None = None,
             out.problems.append(str(exc))
             continue
         if given is not None:
-            fit, fit_name = given, str(fit_path)
+            fit, fit_name = given, fit_label
         else:
             threads = None if case.on_device else case.threads
             if threads not in fits:
@@ -153,7 +163,7 @@ def replay_device(root: Path, device_key: str, fit_path: Path | None = None,
             fit, fit_name = fits[threads]
             require_current(fit, device_key)  # never replay from a stale fit
         if case.bandwidth_Bps not in tables:
-            table, problems = shared_table(store.dir, case.bandwidth_Bps)
+            table, problems = shared_table(table_dir, case.bandwidth_Bps)
             out.problems += problems
             tables[case.bandwidth_Bps] = table
         table = tables[case.bandwidth_Bps]
@@ -170,6 +180,40 @@ def replay_device(root: Path, device_key: str, fit_path: Path | None = None,
     out.fits.sort()
     out.table_workloads.sort()
     return out
+
+
+def resolve_fit_path(root: Path, given: Path) -> Path:
+    """The predictors folder ``--fit`` names: a fit's folder as given, or, for a
+    device key (a folder under ``root`` holding ``predictors/``) or a device's
+    folder, that device's newest fit. ValueError naming the path otherwise."""
+    from perfmodel.fit.fitting import load_latest_fit
+    from perfmodel.store.results import ResultStore
+
+    for device_dir in (root / given, given):
+        if device_dir.is_dir() and ((device_dir / "predictors").is_dir()
+                                    or paths.spec_file(device_dir).is_file()):
+            fit, _ = load_latest_fit(ResultStore(device_dir.parent, device_dir.name))
+            if fit is None or fit.path is None:
+                raise ValueError(f"--fit {given}: no usable fit under {device_dir / 'predictors'}")
+            return fit.path
+    if not given.is_dir():
+        raise ValueError(f"--fit {given}: not a predictors folder "
+                         f"(RESULTS/<key>/predictors/<run-id>) nor a device key under {root}")
+    return given
+
+
+def _moved_fit(fit, label: str, source_dir: Path, target_store) -> tuple[object, str]:
+    """``fit`` of the device at ``source_dir`` moved to ``target_store``'s device
+    by the two stored specs' data-sheet ratios (:mod:`perfmodel.fit.transfer`)."""
+    from perfmodel.fit.fitting import stored_spec
+    from perfmodel.fit.transfer import transfer_fit
+    from perfmodel.store.results import ResultStore
+
+    source = stored_spec(ResultStore(source_dir.parent, source_dir.name), None)
+    target = stored_spec(target_store, None)
+    return (transfer_fit(fit, source, target),
+            f"{label}, moved from {source.key} to {target.key} by data-sheet ratios, with "
+            f"{source.key}'s overhead table")
 
 
 def latest_fit(store, threads: int | None, problems: list[str]) -> tuple[object, str | None]:
