@@ -190,11 +190,12 @@ def resolve_fit_path(root: Path, given: Path) -> Path:
     from perfmodel.store.results import ResultStore
 
     for device_dir in (root / given, given):
-        if device_dir.is_dir() and ((device_dir / "predictors").is_dir()
+        if device_dir.is_dir() and (paths.predictors_dir(device_dir).is_dir()
                                     or paths.spec_file(device_dir).is_file()):
             fit, _ = load_latest_fit(ResultStore(device_dir.parent, device_dir.name))
             if fit is None or fit.path is None:
-                raise ValueError(f"--fit {given}: no usable fit under {device_dir / 'predictors'}")
+                raise ValueError(f"--fit {given}: no usable fit under "
+                                 f"{paths.predictors_dir(device_dir)}")
             return fit.path
     if not given.is_dir():
         raise ValueError(f"--fit {given}: not a predictors folder "
