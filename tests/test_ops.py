@@ -169,6 +169,22 @@ def test_the_gpu_profile_reaches_the_full_size_workloads(name, direction, call):
     assert beyond("gpu") <= BEYOND_FIT_FACTOR < beyond("quick")
 
 
+def test_the_gpu_profile_measures_model_like_attention_without_the_workloads_calls():
+    """Apart from the workloads' own calls, the ``gpu`` sdpa configs hold full-size,
+    model-like shapes (power-of-two sequences, head dims 64 and 128, no dropout),
+    both causal and not, under the profile's FLOP cap."""
+    from perfmodel.ops.attention import _GPU_GRID, _MAX_FLOPS
+
+    op = get_op("sdpa")
+    configs = op.generate_configs("gpu")
+    assert all(op.flops(c, "forward") <= _MAX_FLOPS["gpu"] for c in configs)
+    model_like = [c for c in configs if c["S"] in _GPU_GRID["S"] and c["DH"] in _GPU_GRID["DH"]
+                  and not c["DROPOUT"] and op.flops(c, "forward") >= 1e10]
+    assert {c["CAUSAL"] for c in model_like} == {0, 1}
+    assert {c["DH"] for c in model_like} == set(_GPU_GRID["DH"])
+    assert len(configs) == len({tuple(sorted(c.items())) for c in configs})
+
+
 # -- registering ops (perfmodel.register_op) --------------------------------------------
 
 class _Scaled(OpDef):
