@@ -17,10 +17,10 @@ from pytest_perfmodel.options import check_options
 from pytest_perfmodel.session import PerfmodelSession, as_pytest_outcome
 
 #: Multi-rank runs (--perfmodel-ranks, sharding, quiet non-zero ranks), the
-#: pytest-xdist hooks that send each worker's results to the controller, and
-#: what pytest-benchmark shows of the microbench items.
+#: pytest-xdist hooks that send each worker's results to the controller, what
+#: pytest-benchmark shows of the microbench items, and a Ctrl-C that is never lost.
 pytest_plugins = ["pytest_perfmodel.distributed", "pytest_perfmodel.workers",
-                  "pytest_perfmodel.benchmark_interop"]
+                  "pytest_perfmodel.benchmark_interop", "pytest_perfmodel.interrupt"]
 
 MARKERS = {
     "microbench": "microbenchmark of one op config; writes measurements to the results store",
