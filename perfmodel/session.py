@@ -293,6 +293,36 @@ class Session:
             self._host_speed = (now, measure_host_speed().to_dict())
         return self._host_speed[1]
 
+    def fresh_host_speed(self) -> dict | None:
+        """As :meth:`host_speed`, sampled now whatever the last sample's age (an
+        E2E measurement's neighbours: the host moves within a minute)."""
+        if self.host_speed_source != "sampled" or self.device.kind != "cpu":
+            return None
+        from perfmodel.measure.drift import measure_host_speed
+
+        self._host_speed = (time.monotonic(), measure_host_speed().to_dict())
+        return self._host_speed[1]
+
+    def host_speed_note(self) -> str | None:
+        """One line when the host ran the reference ops more than
+        :data:`~perfmodel.measure.drift.E2E_SPEED_NOTE` faster or slower around the
+        single-rank E2E measurements than over the fit's records (median of the
+        samples taken just before and after each): their errors move with it."""
+        from perfmodel.measure.drift import E2E_SPEED_NOTE, HostSpeed, e2e_speed_ratio
+
+        fit = self._fit.host_speed if self._fit is not None else None
+        seen = [r.host_speed_seen for r in self.e2e if r.host_speed_seen]
+        if fit is None or not seen:
+            return None
+        ratio = e2e_speed_ratio([HostSpeed.from_dict(s[k], "host_speed_seen")
+                                 for s in seen for k in ("before", "after")], fit)
+        if ratio is None or all(abs(v - 1.0) <= E2E_SPEED_NOTE for v in ratio.values()):
+            return None
+        return (f"host speed: around the E2E measurements the reference ops took "
+                f"addmm x{ratio['addmm']:.2f}, copy x{ratio['copy']:.2f} their time in the "
+                f"fit's sweep (below 1: the host ran faster); single-rank errors move with "
+                f"it (docs/gate.md#a-host-that-moves)")
+
     def fix_host_speed(self, speed: dict | None) -> None:
         """Use ``speed`` (a record field, timed alone elsewhere) for every
         record of this session."""
@@ -376,9 +406,13 @@ class Session:
             if graph is None:
                 graph = self._trace(workload, step)
             table = self._shared_table()
+            before = self.fresh_host_speed()
             result = predict_and_measure(workload, step.step, step.items, graph, fit, table,
                                          self.torch_device, self.device.mem_bandwidth_Bps,
                                          bias=self.options.bias, profile=self.options.profile)
+            after = self.fresh_host_speed()
+            if before is not None and after is not None:
+                result.host_speed_seen = {"before": before, "after": after}
             if not self.options.save_baseline:
                 result = self.confirm_e2e(result, step.step, step.items)
             self.record_e2e(result)
@@ -736,6 +770,9 @@ class Session:
             return self.gate
         runs = WorkloadRuns.of(self.e2e)
         errors, predicted, overhead = runs.errors, runs.predicted_s, runs.overhead_s
+        speed_note = self.host_speed_note()
+        if speed_note:
+            self.notes.append(speed_note)
         path = self.store.baseline_path(self.options.profile)
         if self.options.save_baseline:
             if errors:

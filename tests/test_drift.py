@@ -186,3 +186,39 @@ def test_op_drift_prices_an_op_with_its_own_factor_else_the_host_drift():
     assert drift.to_dict() == {"factors": {"linear.backward": 1.5}, "fallback": host.to_dict()}
     with pytest.raises(ValueError, match="must be > 0"):
         OpDrift({"linear.forward": 0.0})
+
+
+# -- the host's speed around E2E measurements ---------------------------------------------
+
+@given(addmm=st.floats(1e-4, 1e-1), copy=st.floats(1e-4, 1e-1),
+       scale=st.lists(st.floats(0.5, 2.0), min_size=1, max_size=7))
+def test_the_e2e_speed_ratio_is_the_median_sample_over_the_fits(addmm, copy, scale):
+    from statistics import median
+
+    from perfmodel.measure.drift import e2e_speed_ratio
+
+    fit = HostSpeed({"addmm": addmm, "copy": copy})
+    seen = [HostSpeed({"addmm": addmm * f, "copy": copy * f}) for f in scale]
+    ratio = e2e_speed_ratio(seen, fit)
+    assert ratio["addmm"] == pytest.approx(median(scale), rel=1e-9)
+    assert ratio["copy"] == pytest.approx(median(scale), rel=1e-9)
+
+
+def test_the_session_notes_a_host_that_moved_around_the_e2e_measurements():
+    from types import SimpleNamespace
+
+    from perfmodel.session import Session
+
+    fit = SimpleNamespace(host_speed=HostSpeed({"addmm": 0.004, "copy": 0.010}))
+    fast = {"addmm": 0.003, "copy": 0.010}
+    same = {"addmm": 0.0041, "copy": 0.0099}
+
+    def note(*seen):
+        results = [SimpleNamespace(host_speed_seen=s) for s in seen]
+        return Session.host_speed_note(SimpleNamespace(_fit=fit, e2e=results))
+
+    moved = note({"before": fast, "after": fast}, None)
+    assert moved is not None and "addmm x0.75, copy x1.00" in moved
+    assert note({"before": same, "after": same}) is None
+    assert note(None) is None
+    assert Session.host_speed_note(SimpleNamespace(_fit=None, e2e=[])) is None

@@ -172,6 +172,10 @@ def test_a_committed_run_file_loads_as_measured_iterations(name):
         assert {k: v for k, v in r.items() if k not in added} == {
             k: v for k, v in again.items() if k in r}
         assert set(again) - set(r) <= {"beyond_fit"}  # null where the record predates it
+        seen = {"before": {"addmm": 0.003, "copy": 0.007}, "after": {"addmm": 0.004,
+                                                                      "copy": 0.008}}
+        result.host_speed_seen = seen
+        assert MeasuredIteration.from_record(result.record(r["env"])).host_speed_seen == seen
 
 
 def test_old_names_are_the_new_types():

@@ -232,3 +232,25 @@ def test_a_session_turns_a_stale_fit_it_cannot_refit_into_a_failed_check(planted
     assert str(caught.value).endswith(f"run `perfmodel refit --device {key} --threads {THREADS}`")
     with pytest.raises(CheckFailed, match="^stale fit "):
         session.predict_model(None, None, None, None)
+
+
+def test_a_single_rank_e2e_record_holds_the_hosts_speed_around_its_measurement(
+        planted_linear_fit):
+    """On a CPU the session samples the host's speed just before and just after a
+    workload's E2E measurement and stores both in its record."""
+    from perfmodel.session import Options, Session
+    from perfmodel.settings import Settings
+    from perfmodel.store.results import ResultStore
+    from tests.helpers import planted_spec
+
+    root, key = planted_linear_fit
+    session = Session(Options("cpu", "smoke", root, THREADS), Settings(), root)
+    session._device = planted_spec(root, key)
+    session.run_e2e("mlp_small")
+    session.close()
+    (result,) = session.e2e
+    assert set(result.host_speed_seen) == {"before", "after"}
+    assert all(set(s) == {"addmm", "copy"} and all(v > 0 for v in s.values())
+               for s in result.host_speed_seen.values())
+    (record,) = ResultStore(root, key).load("e2e").records
+    assert record["host_speed_seen"] == result.host_speed_seen

@@ -71,6 +71,9 @@ class MeasuredIteration:
     #: prediction without that drift (s); None when not measured
     host_drift: dict[str, float] | None = None
     predicted_fit_speed_s: float | None = None
+    #: on a CPU, the host's speed sampled just before and after the measurement
+    #: (``{"before": HostSpeed dict, "after": ...}``); None when not sampled
+    host_speed_seen: dict[str, dict[str, float]] | None = None
     #: traced seconds per category (:func:`traced_breakdown`); None: those of
     #: :attr:`graph` (a record read back keeps its own)
     traced_breakdown_s: dict[str, float] | None = None
@@ -231,7 +234,9 @@ class MeasuredIteration:
                 "beyond_fit": self.beyond_fit,
                 **({"host_drift": self.host_drift,
                     "predicted_fit_speed_s": self.predicted_fit_speed_s}
-                   if self.host_drift else {}), "env": env}
+                   if self.host_drift else {}),
+                **({"host_speed_seen": self.host_speed_seen} if self.host_speed_seen else {}),
+                "env": env}
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> MeasuredIteration:
@@ -248,7 +253,8 @@ class MeasuredIteration:
                    record.get("first_measured_s"), record.get("fit_data"),
                    record.get("contention"), record.get("host_drift"),
                    record.get("predicted_fit_speed_s"),
-                   dict(record.get("traced_breakdown_s") or {}))
+                   host_speed_seen=record.get("host_speed_seen"),
+                   traced_breakdown_s=dict(record.get("traced_breakdown_s") or {}))
 
 
 def traced_breakdown(graph: Graph) -> dict[str, float]:

@@ -216,6 +216,25 @@ def measure_host_speed(runners: dict[str, Callable[[], object]] | None = None,
                                 for _ in range(rounds)])
 
 
+#: The share by which the host's speed around the E2E measurements may differ
+#: from the fit's before the session notes it (0.10 = 10%).
+E2E_SPEED_NOTE = 0.10
+
+
+def e2e_speed_ratio(seen: list[HostSpeed], fit: HostSpeed) -> dict[str, float] | None:
+    """Per reference op, the median over ``seen`` (samples taken around E2E
+    measurements) over ``fit``'s seconds: below 1, the host ran faster than
+    when the fit's timings were taken. None when none of ``seen``, or ``fit``,
+    was taken with the current :data:`REFERENCE` ops."""
+    import statistics
+
+    comparable = [s for s in seen if s.comparable]
+    if not comparable or not fit.comparable:
+        return None
+    return {op: statistics.median(s.seconds[op] for s in comparable) / fit.seconds[op]
+            for op in REFERENCE}
+
+
 @dataclass(frozen=True)
 class HostDrift:
     """How much slower than at its fit's measurements an op runs now.
