@@ -132,6 +132,22 @@ def test_keep_zero_keeps_only_what_is_named(tree):
         {f"{run_id(n)}.jsonl.gz" for n in (2, 3, 5, 6, 7, 8)}
 
 
+def test_zoo_runs_are_kept_apart_from_the_main_jobs(tmp_path):
+    """Main jobs do not push the zoo's runs out of the newest ``keep``: the zoo's
+    noise floor needs its runs hours apart."""
+    store = ResultStore(tmp_path / "results", KEY)
+    zoo = {**e2e("zoo_vgg", 0.01, 0.011), "kind": "zoo", "half": "tuning"}
+    for n in (1, 2, 3):
+        write_run(store, n, records=[zoo])
+    for n in range(4, 10):
+        write_run(store, n)
+    plan = plan_prune(tmp_path / "results", KEY, keep=2)
+    kept = {e.path.name: e.why for e in plan.keep if e.kind == "run"}
+    assert set(kept) == {f"{run_id(n)}.jsonl.gz" for n in (2, 3, 8, 9)}
+    assert kept[f"{run_id(3)}.jsonl.gz"] == "newest 2 zoo runs of profile quick"
+    assert kept[f"{run_id(9)}.jsonl.gz"] == "newest 2 of profile quick"
+
+
 def test_unreadable_things_are_left_alone(tree):
     bad_run = paths.run_file(tree.dir, run_id(0))
     bad_run.write_text("not json\n")

@@ -2,7 +2,9 @@
 
 Per device folder, :func:`plan_prune` keeps
 
-- per profile, the newest ``keep`` run files (run ids start with their UTC time);
+- per profile, the newest ``keep`` run files (run ids start with their UTC time), and
+  apart from them the newest ``keep`` zoo runs (whose first record is a ``zoo`` one),
+  so that main jobs do not push out the runs hours apart the zoo's noise floor needs;
 - every run file holding E2E records a baseline was computed from (matched by
   workload and signed error, as :func:`perfmodel.gate.baseline.baseline_errors`
   computes it, or as the record carries it);
@@ -33,7 +35,8 @@ from pathlib import Path
 from typing import Iterable
 
 from perfmodel.store import paths
-from perfmodel.store.results import compact_run, data_id, read_run_header, read_run_text
+from perfmodel.store.results import (compact_run, data_id, first_record_kind, read_run_header,
+                                     read_run_text)
 
 #: Run files kept per device and profile by default.
 DEFAULT_KEEP = 10
@@ -114,8 +117,11 @@ def plan_prune(root: Path | str, device_key: str, keep: int = DEFAULT_KEEP,
     for run_id, (profile, _) in runs.items():
         by_profile.setdefault(profile, []).append(run_id)
     for profile, ids in by_profile.items():
-        for run_id in sorted(ids)[-keep:] if keep else []:
-            reasons[run_id].append(f"newest {keep} of profile {profile}")
+        zoo = [run_id for run_id in ids if first_record_kind(runs[run_id][1]) == "zoo"]
+        others = [run_id for run_id in ids if run_id not in zoo]
+        for group, what in ((others, ""), (zoo, "zoo runs ")):
+            for run_id in sorted(group)[-keep:] if keep else []:
+                reasons[run_id].append(f"newest {keep} {what}of profile {profile}")
 
     named_fits: dict[str, list[str]] = {}  # fit data id -> baselines naming it
     for profile, path in paths.baseline_files(folder).items():

@@ -247,6 +247,18 @@ def read_run_header(path: Path) -> dict:
     return header
 
 
+def first_record_kind(path: Path) -> str | None:
+    """The ``kind`` of the first record after a run file's header (None when it
+    has none, or it does not read): a zoo run starts with ``"zoo"``."""
+    try:
+        with _open_run_text(path) as handle:
+            handle.readline()
+            record = json.loads(handle.readline() or "null")
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError):
+        return None
+    return record.get("kind") if isinstance(record, dict) else None
+
+
 def read_run_file(path: Path, device_key: str) -> tuple[list[dict], list[str]]:
     """Records of one run file (plain or compacted) plus problems, each message
     naming ``path``.
