@@ -542,10 +542,14 @@ class Session:
         self._trace_expected_workloads()
         step = self._build(workload)
         graph = self._trace(workload, step, save_samples=half == "tuning")
+        before = self.fresh_host_speed()
         result = predict_and_measure(workload, step.step, step.items, graph, fit,
                                      self._shared_table(), self.torch_device,
                                      self.device.mem_bandwidth_Bps, bias=self.options.bias,
                                      profile=self.options.profile)
+        after = self.fresh_host_speed()
+        if before is not None and after is not None:
+            result.host_speed_seen = {"before": before, "after": after}
         if result.fit_data is None and self._fit is not None:
             result.fit_data = self._fit.data_id
         self.append_record({**result.record(self.env), "kind": "zoo", "half": half})

@@ -247,6 +247,7 @@ def test_a_single_rank_e2e_record_holds_the_hosts_speed_around_its_measurement(
     session = Session(Options("cpu", "smoke", root, THREADS), Settings(), root)
     session._device = planted_spec(root, key)
     session.run_e2e("mlp_small")
+    session.run_zoo("zoo_two_tower")  # a zoo model's record holds them too
     session.close()
     (result,) = session.e2e
     assert set(result.host_speed_seen) == {"before", "after"}
@@ -254,3 +255,5 @@ def test_a_single_rank_e2e_record_holds_the_hosts_speed_around_its_measurement(
                for s in result.host_speed_seen.values())
     (record,) = ResultStore(root, key).load("e2e").records
     assert record["host_speed_seen"] == result.host_speed_seen
+    (zoo,) = ResultStore(root, key).load("zoo").records
+    assert set(zoo["host_speed_seen"]) == {"before", "after"}
