@@ -260,3 +260,17 @@ def test_drop_fit_runs_removes_their_training_runs(tree):
         {f"{run_id(n)}.jsonl.gz" for n in (12, 13, 14, 15, 16, 2, 3)}
     assert {e.path.name for e in plan.keep if e.kind == "fit"} == \
         {run_id(n, "-fit") for n in (21, 22, 23)}
+
+
+def test_an_old_fit_without_a_thread_count_goes_once_newer_fits_exist(tmp_path):
+    """A lookup without a thread count takes the newest fit of all, and one with a
+    thread count never takes a fit saved without one: an older thread-less fit is
+    used by nothing and goes."""
+    store = ResultStore(tmp_path / "results", KEY)
+    write_run(store, 1)
+    legacy = save_empty_fit(store, 2, None, [run_id(1)])
+    current = save_empty_fit(store, 3, 2, [run_id(1)])
+    plan = plan_prune(tmp_path / "results", KEY)
+    assert {e.path for e in plan.remove if e.kind == "fit"} == {legacy}
+    (kept,) = [e for e in plan.keep if e.kind == "fit"]
+    assert kept.path == current and kept.why == "newest fit of 2 thread(s)"

@@ -8,8 +8,10 @@ Per device folder, :func:`plan_prune` keeps
 - every run file holding E2E records a baseline was computed from (matched by
   workload and signed error, as :func:`perfmodel.gate.baseline.baseline_errors`
   computes it, or as the record carries it);
-- per thread count, the newest fit (what :func:`perfmodel.fit.fitting.load_latest_fit`
-  and so ``current_fit`` pick: the newest fit folder whose index reads), and every fit
+- per thread count, the newest fit, and the newest of all (what
+  :func:`perfmodel.fit.fitting.load_latest_fit` and so ``current_fit`` pick: the newest
+  fit folder whose index reads, of that thread count or of any; a fit saved without a
+  thread count is never picked for one, so an older one is not kept), and every fit
   whose training data a baseline names (``fit_data``);
 - the run files every kept fit was trained on (its ``data_runs``): without them
   ``current_fit`` sees other training data and refits, on the runs left, at the next
@@ -150,6 +152,8 @@ def plan_prune(root: Path | str, device_key: str, keep: int = DEFAULT_KEEP,
     newest: dict[int | None, Path] = {}
     for path, (threads, _) in fits.items():  # oldest first: the last one wins
         newest[threads] = path
+    if newest.get(None) not in (None, next(reversed(fits), None)):
+        del newest[None]  # a lookup without a thread count takes the newest of all
     for threads, path in newest.items():
         fit_reasons[path].append("newest fit" + (f" of {threads} thread(s)" if threads else ""))
     for path, (_, data_runs) in fits.items():
