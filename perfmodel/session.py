@@ -395,8 +395,6 @@ class Session:
     def run_e2e(self, workload: str) -> None:
         """Trace, predict and measure ``workload`` (``baseline_runs`` times when
         saving a baseline), and record its error for the gate."""
-        from perfmodel.e2e.single import predict_and_measure
-
         fit = self._current_fit()
         self._trace_expected_workloads()
         runs = self.settings.baseline_runs if self.options.save_baseline else 1
@@ -405,19 +403,28 @@ class Session:
             graph = self._graphs.get(workload) if run == 0 else None
             if graph is None:
                 graph = self._trace(workload, step)
-            table = self._shared_table()
-            before = self.fresh_host_speed()
-            result = predict_and_measure(workload, step.step, step.items, graph, fit, table,
-                                         self.torch_device, self.device.mem_bandwidth_Bps,
-                                         bias=self.options.bias, profile=self.options.profile)
-            after = self.fresh_host_speed()
-            if before is not None and after is not None:
-                result.host_speed_seen = {"before": before, "after": after}
+            result = self._predict_and_measure(workload, step, graph, fit)
             if not self.options.save_baseline:
                 result = self.confirm_e2e(result, step.step, step.items)
             self.record_e2e(result)
             self.save_replay(result)
             del step
+
+    def _predict_and_measure(self, workload: str, step, graph, fit):
+        """:func:`perfmodel.e2e.single.predict_and_measure` of ``workload``'s built
+        ``step`` on this session's device and shared overhead table, with the host's
+        speed sampled just before and after the measurement (``host_speed_seen``)."""
+        from perfmodel.e2e.single import predict_and_measure
+
+        table = self._shared_table()
+        before = self.fresh_host_speed()
+        result = predict_and_measure(workload, step.step, step.items, graph, fit, table,
+                                     self.torch_device, self.device.mem_bandwidth_Bps,
+                                     bias=self.options.bias, profile=self.options.profile)
+        after = self.fresh_host_speed()
+        if before is not None and after is not None:
+            result.host_speed_seen = {"before": before, "after": after}
+        return result
 
     def save_replay(self, result) -> None:
         """Save ``result``'s capture as its workload's replay case under
@@ -534,7 +541,6 @@ class Session:
         half is predicted with what the project's workloads and the tuning half
         taught, and only the tuning half's captures are kept as replay cases
         (see docs/zoo.md)."""
-        from perfmodel.e2e.single import predict_and_measure
         from perfmodel.workloads.zoo import zoo_half
 
         half = zoo_half(workload)
@@ -542,14 +548,7 @@ class Session:
         self._trace_expected_workloads()
         step = self._build(workload)
         graph = self._trace(workload, step, save_samples=half == "tuning")
-        before = self.fresh_host_speed()
-        result = predict_and_measure(workload, step.step, step.items, graph, fit,
-                                     self._shared_table(), self.torch_device,
-                                     self.device.mem_bandwidth_Bps, bias=self.options.bias,
-                                     profile=self.options.profile)
-        after = self.fresh_host_speed()
-        if before is not None and after is not None:
-            result.host_speed_seen = {"before": before, "after": after}
+        result = self._predict_and_measure(workload, step, graph, fit)
         if result.fit_data is None and self._fit is not None:
             result.fit_data = self._fit.data_id
         self.append_record({**result.record(self.env), "kind": "zoo", "half": half})

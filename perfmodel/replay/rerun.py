@@ -122,7 +122,7 @@ def replay_device(root: Path, device_key: str, fit_path: Path | None = None,
     :class:`~perfmodel.fit.fitting.StaleFit` (one line naming the command that
     refits) when that fit is stale for today's code."""
     from perfmodel.e2e.single import shared_table
-    from perfmodel.fit.fitting import load_fit, require_current
+    from perfmodel.fit.fitting import require_current
     from perfmodel.store.results import ResultStore
 
     store = ResultStore(Path(root), device_key)
@@ -137,12 +137,11 @@ def replay_device(root: Path, device_key: str, fit_path: Path | None = None,
     table_dir = store.dir
     given, fit_label = None, None
     if fit_path is not None:
-        fit_path = resolve_fit_path(Path(root), Path(fit_path))
-        source_dir = fit_path.parent.parent
-        given = load_fit(fit_path)
+        given = resolve_fit(Path(root), Path(fit_path))
+        source_dir = given.path.parent.parent
         source_key = given.device_key or source_dir.name
         require_current(given, source_key)
-        fit_label = str(fit_path)
+        fit_label = str(given.path)
         if source_key != device_key:
             given, fit_label = _moved_fit(given, fit_label, source_dir, store)
             table_dir = source_dir  # nothing learned on the target: its overheads neither
@@ -182,11 +181,11 @@ def replay_device(root: Path, device_key: str, fit_path: Path | None = None,
     return out
 
 
-def resolve_fit_path(root: Path, given: Path) -> Path:
-    """The predictors folder ``--fit`` names: a fit's folder as given, or, for a
-    device key (a folder under ``root`` holding ``predictors/``) or a device's
-    folder, that device's newest fit. ValueError naming the path otherwise."""
-    from perfmodel.fit.fitting import load_latest_fit
+def resolve_fit(root: Path, given: Path):
+    """The fit ``--fit`` names, loaded: a fit's folder as given, or, for a device
+    key (a folder under ``root`` holding ``predictors/``) or a device's folder,
+    that device's newest fit. ValueError naming the path otherwise."""
+    from perfmodel.fit.fitting import load_fit, load_latest_fit
     from perfmodel.store.results import ResultStore
 
     for device_dir in (root / given, given):
@@ -196,11 +195,11 @@ def resolve_fit_path(root: Path, given: Path) -> Path:
             if fit is None or fit.path is None:
                 raise ValueError(f"--fit {given}: no usable fit under "
                                  f"{paths.predictors_dir(device_dir)}")
-            return fit.path
+            return fit
     if not given.is_dir():
         raise ValueError(f"--fit {given}: not a predictors folder "
                          f"(RESULTS/<key>/predictors/<run-id>) nor a device key under {root}")
-    return given
+    return load_fit(given)
 
 
 def _moved_fit(fit, label: str, source_dir: Path, target_store) -> tuple[object, str]:
