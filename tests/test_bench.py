@@ -1,9 +1,12 @@
 """Running one case: replicates, skip reasons, records."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from perfmodel.measure.bench import (CaseUnsupported, TimerSettings, benchmark_case, estimated_call_s,
                              measurement_record, unsupported_reason)
+from perfmodel.measure.timer import Measurement
 from perfmodel.ops import OpCase
 from tests.helpers import SPEC
 
@@ -55,3 +58,17 @@ def test_injected_oom_becomes_a_skip_reason(monkeypatch):
     monkeypatch.setattr(gemm.Addmm, "make_runner", explode)
     with pytest.raises(CaseUnsupported, match="addmm-forward-float32-M8-N8-K8: out of memory"):
         benchmark_case(TINY, SPEC, "cpu", TimerSettings())
+
+
+@given(st.lists(st.floats(min_value=1e-9, max_value=10.0, allow_nan=False), min_size=1, max_size=50))
+@settings(max_examples=60, deadline=None)
+def test_stored_samples_keep_three_digits_and_the_summary_is_untouched(samples):
+    m = Measurement.from_samples(samples, number=1, warmup_n=0, stop_reason="ci", timer="perf_counter",
+                                 cache="hot", threads=1)
+    stored = measurement_record(TINY, m, 0, {})["measurement"]
+    assert len(stored["samples_s"]) == len(samples)
+    for kept, full in zip(stored["samples_s"], samples):
+        assert abs(kept - full) <= 0.005 * full  # half a step of the third digit
+        assert kept == float(f"{kept:.3g}")
+    assert stored["median_s"] == m.median_s and stored["ci_low_s"] == m.ci_low_s
+    assert Measurement.from_dict(stored).n == m.n
