@@ -211,6 +211,20 @@ def test_latest_fit_of_a_thread_count(tmp_path):
     assert latest.threads is None and latest.data_runs == ("r2",)
 
 
+def test_a_fit_of_another_thread_count_is_passed_over_unread(tmp_path):
+    store = ResultStore(tmp_path, SPEC.key)
+    records = threaded_records(2, "r2") + threaded_records(1, "r1")
+    save_fit(fit_predictors(records, SPEC), store, "2026a", ["r2"])
+    newer = save_fit(fit_predictors(records, SPEC_1T), store, "2026b", ["r1"])
+    for member in newer.glob("*.npz"):  # its predictors would not load
+        member.write_bytes(b"not an npz")
+    fit, problems = load_latest_fit(store, threads=2)
+    assert fit.data_runs == ("r2",) and problems == []
+    fit, problems = load_latest_fit(store, threads=1)  # asked for: loaded and refused
+    assert fit is None or fit.data_runs != ("r1",)
+    assert any("2026b" in p for p in problems)
+
+
 def test_a_bad_thread_count_in_an_index_is_named(tmp_path):
     folder = save_fit(fit_predictors(threaded_records(1, "r1"), SPEC_1T),
                       ResultStore(tmp_path, SPEC.key), "f1", ["r1"])

@@ -703,6 +703,21 @@ def _stale_candidates(key: tuple[str, str], fitted_with) -> str | None:
             f"({', '.join(now)}); the next `pytest -m accuracy` or `-m e2e` session refits")
 
 
+#: What :func:`_index_threads` returns for an index it cannot read.
+_UNREADABLE = object()
+
+
+def _index_threads(folder: Path) -> object:
+    """The ``threads`` a fit's index records (None when it records none), read
+    without loading its predictors; :data:`_UNREADABLE` when the index does not
+    read (:func:`load_fit` then says why)."""
+    try:
+        index = json.loads(paths.fit_index(folder).read_text(encoding="utf-8"))
+        return index.get("threads") if isinstance(index, dict) else _UNREADABLE
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return _UNREADABLE
+
+
 def load_latest_fit(store: ResultStore, threads: int | None = None
                     ) -> tuple[FitReport | None, list[str]]:
     """The newest loadable fit of ``store`` and the problems met on the way.
@@ -711,6 +726,11 @@ def load_latest_fit(store: ResultStore, threads: int | None = None
     many torch threads; fits saved without a thread count never match it."""
     problems: list[str] = []
     for folder in reversed(paths.fit_dirs(store.dir)):
+        recorded = _index_threads(folder)
+        if threads is not None and recorded != threads and (
+                recorded is None or (isinstance(recorded, int) and not isinstance(recorded, bool)
+                                     and recorded >= 1)):
+            continue  # another thread count's fit: not worth loading its predictors
         try:
             fit = load_fit(folder)
         except ValueError as exc:
