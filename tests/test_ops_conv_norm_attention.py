@@ -51,6 +51,31 @@ def test_conv_profiles_cover_dense_grouped_and_depthwise():
         assert any(1 < g and (g < c or g < k) for g, c, k in groups)
 
 
+def test_conv_profiles_add_first_layer_stems_and_keep_their_other_configs():
+    """Stems (few input channels, no input gradient, their own kernels and
+    strides) come from their own seed: the other configs are the ones an
+    earlier sweep measured, and smoke has none."""
+    import perfmodel.ops.conv as conv
+
+    for name in CONV:
+        op = get_op(name)
+        rank = len(SPATIAL[name])
+        quick = op.generate_configs("quick")
+        stems = [c for c in quick if c["C"] <= 4 and c["GRAD_INPUT"] == 0 and c["GROUPS"] == 1]
+        assert len(stems) == conv._STEM_CONFIGS["quick"]
+        assert {(c["R"], c["STRIDE"]) for c in stems} >= set(conv._STEM_WINDOWS[rank][:6])
+        assert {c["C"] for c in stems} >= ({1, 3} if rank == 2 else {1})
+        assert all(c["PAD"] == (c["R"] // 2 if c["R"] % 2 else 0) for c in stems)
+        saved = conv._STEM_CONFIGS
+        try:
+            conv._STEM_CONFIGS = {**saved, "quick": 0}
+            without = op.generate_configs("quick")
+        finally:
+            conv._STEM_CONFIGS = saved
+        assert [c for c in quick if c not in stems] == without
+        assert len(op.generate_configs("smoke")) == 4
+
+
 def test_conv_profiles_mix_simd_aligned_and_ragged_channel_counts():
     """CPU conv kernels take a slower path for channel counts that are not a
     multiple of the SIMD width, so the sweep has both, dense and depthwise
@@ -185,7 +210,8 @@ def test_a_conv_without_bias_runs_and_counts_no_bias_work():
     assert op.complete_config(p)["BIAS"] == 1
     gpu = op.configs("gpu", workloads=False)
     assert {c["BIAS"] for c in gpu} == {0, 1}
-    assert all(c["BIAS"] == 1 for c in op.configs("quick"))
+    # quick's drawn configs keep the bias they always had; its stems draw both
+    assert {c["BIAS"] for c in op.configs("quick") if c["C"] > 4 or c["GRAD_INPUT"]} == {1}
 
 
 def test_conv_trace_shapes_that_are_not_this_op_give_none():

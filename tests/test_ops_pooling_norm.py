@@ -11,7 +11,7 @@ from perfmodel.ops import PROFILES, cases_for, get_op
 from perfmodel.ops.conv import out_size, transposed_out_size
 from perfmodel.trace.parse import TraceNode
 
-POOL = ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d")
+POOL = ("max_pool2d", "avg_pool2d", "max_pool1d", "avg_pool1d", "adaptive_avg_pool2d")
 UPSAMPLE = ("upsample_nearest2d", "upsample_bilinear2d")
 TRANSPOSED = ("conv_transpose2d", "conv_transpose1d")
 NORM = ("group_norm", "instance_norm")
@@ -60,6 +60,9 @@ def test_window_and_group_kinds_are_drawn():
     quick = {name: get_op(name).configs("quick") for name in NAMES}
     assert {(c["R"], c["STRIDE"], c["PAD"]) for c in quick["max_pool2d"]} >= {(3, 2, 1), (2, 2, 0)}
     assert {c["OUT"] for c in quick["adaptive_avg_pool2d"]} >= {1, 7}
+    assert {(c["R"], c["STRIDE"], c["PAD"]) for c in quick["max_pool1d"]} >= {(4, 4, 0), (2, 2, 0)}
+    globals_ = [c for c in quick["avg_pool1d"] if c["R"] == c["STRIDE"] == c["L"]]
+    assert len(globals_) >= 4 and len(globals_) < len(quick["avg_pool1d"])
     for name in UPSAMPLE:  # scale factor 2, and other output sizes
         ratios = {(c["OH"] / c["H"], c["OW"] / c["W"]) for c in quick[name]}
         assert (2, 2) in ratios and len(ratios) > 2
@@ -97,7 +100,8 @@ def test_smoke_runners_execute_on_cpu_forward_and_backward(name):
             continue
         assert all(g is not None and torch.isfinite(g).all() for g in result), case
         if name in POOL + UPSAMPLE:  # the input's gradient
-            assert [_shape(g) for g in result] == [(p["N"], p["C"], p["H"], p["W"])]
+            spatial = (p["L"],) if "L" in p else (p["H"], p["W"])
+            assert [_shape(g) for g in result] == [(p["N"], p["C"], *spatial)]
         elif name in NORM:
             assert [_shape(g) for g in result] == [(p["N"], p["C"], p["HW"]), (p["C"],),
                                                     (p["C"],)]
@@ -115,6 +119,13 @@ def test_runner_output_shapes_match_the_config():
         out = get_op(name).make_runner({**base, **extra}, "float32", "forward", "cpu")()
         assert _shape(out) == (2, 3, oh, ow), name
     assert (oh, ow) == (5, 11) and out_size(9, 3, 2, 1, 1) == 5
+    signal = {"N": 2, "C": 3, "L": 50}
+    for name, window, length in [("max_pool1d", (4, 4, 0), 12), ("max_pool1d", (3, 2, 1), 25),
+                                 ("avg_pool1d", (50, 50, 0), 1), ("avg_pool1d", (3, 1, 1), 50)]:
+        op = get_op(name)
+        p = {**signal, **dict(zip(("R", "STRIDE", "PAD"), window))}
+        assert _shape(op.make_runner(p, "float32", "forward", "cpu")()) == (2, 3, length), name
+        assert op._sizes(p) == (300.0, 6.0 * length)
     ct = get_op("conv_transpose2d")
     p = {"N": 2, "C": 4, "H": 5, "W": 6, "K": 6, "R": 3, "STRIDE": 2, "PAD": 1, "OUTPAD": 1,
          "DIL": 1, "GROUPS": 2, "GRAD_INPUT": 1, "BIAS": 1}
@@ -293,7 +304,8 @@ def test_a_real_training_step_maps_every_new_op_forward_and_backward(tmp_path):
             x = F.interpolate(F.interpolate(x, scale_factor=2.0), size=(5, 5), mode="bilinear")
             x = self.up2d(x)
             y = F.adaptive_avg_pool2d(x, 1).sum() + F.adaptive_avg_pool2d(x, 2).sum()
-            return y + self.up1d(x.flatten(2)).sum()
+            z = self.up1d(x.flatten(2))
+            return y + z.sum() + F.avg_pool1d(F.max_pool1d(z, 4), 50).sum()
 
     net = Net()
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
@@ -321,6 +333,8 @@ def test_a_real_training_step_maps_every_new_op_forward_and_backward(tmp_path):
                              "BIAS": 1},
         "conv_transpose1d": {"N": 2, "C": 2, "L": 100, "K": 2, "R": 4, "STRIDE": 2, "PAD": 1,
                              "OUTPAD": 0, "DIL": 1, "GROUPS": 1, "GRAD_INPUT": 1, "BIAS": 0},
+        "max_pool1d": {"N": 2, "C": 2, "L": 200, "R": 4, "STRIDE": 4, "PAD": 0},
+        "avg_pool1d": {"N": 2, "C": 2, "L": 50, "R": 50, "STRIDE": 50, "PAD": 0},
     }
     for name, params in expected.items():
         for direction in ("forward", "backward"):

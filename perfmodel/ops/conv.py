@@ -59,6 +59,26 @@ _ALIGNED = 0.5
 _ALIGN = 8
 
 
+#: Stem configs per profile, beside the configs above: a network's first layer,
+#: on the raw input. Few channels in (an image's 3, a signal's 1), no input
+#: gradient, a large input and often a kernel as wide as its stride (a ViT's
+#: patches, an audio net's framing). The draws above never reach them (their
+#: input channels start at 3, kernels stop at 7), so without these the fit
+#: extrapolates on every CNN's first conv. Drawn from their own seed, so the
+#: configs above stay as they were.
+_STEM_CONFIGS = {"smoke": 0, "quick": 12, "gpu": 12, "full": 100}
+#: (kernel, stride) of stems, per spatial rank: 3x3 and 7x7 stems (VGG, ResNet),
+#: AlexNet's 11/4, patchify stems (ConvNeXt's 4/4, ViT's 16/16 and 8/8); in 1-D,
+#: audio front ends (wav2vec 2.0's 10/5, M5's 80/16) and 1-D CNNs' 3, 7 and 11.
+_STEM_WINDOWS = {2: ((3, 1), (3, 2), (7, 2), (11, 4), (4, 4), (16, 16), (8, 8), (5, 2)),
+                 1: ((3, 1), (7, 2), (11, 4), (10, 5), (80, 16), (16, 8), (5, 1), (3, 2))}
+#: Input channels of stems, per spatial rank: RGB images mostly, some grayscale;
+#: mono signals mostly in 1-D.
+_STEM_CHANNELS = {2: (3, 3, 3, 1, 1, 4), 1: (1, 1, 1, 2, 3, 4)}
+#: A stem's input side reaches this multiple of the profile's largest side.
+_STEM_SIDE_FACTOR = {2: 2, 1: 4}
+
+
 def out_size(size: int, r: int, stride: int, pad: int, dil: int) -> int:
     """Output length of one spatial dim (elements), clamped to at least 1 so
     the work formulas accept any positive ints."""
@@ -149,14 +169,40 @@ class _Conv(OpDef):
         count = _CONFIGS[profile]
         if len(self.spatial) == 1:
             count = max(4, round(count * _CONV1D_SHARE))
+
+        def fits(c):
+            return (_valid(c, self.spatial) and self.flops(c, "forward") <= _MAX_FLOPS[profile]
+                    and _MIN_INPUT_ELEMENTS[profile] <= self._sizes(c)[0]
+                    <= _MAX_INPUT_ELEMENTS[profile])
+
         configs = sample_configs(
             f"{self.name}-{profile}", self.params, count,
             lambda rng, n: {**self._draw(rng, profile, _KINDS[n % len(_KINDS)]),
                             "GRAD_INPUT": int(rng.random() >= 1 / GRAD_INPUT_EVERY),
                             "BIAS": _bias(profile, n)},
-            lambda c: _valid(c, self.spatial) and self.flops(c, "forward") <= _MAX_FLOPS[profile]
-            and _MIN_INPUT_ELEMENTS[profile] <= self._sizes(c)[0] <= _MAX_INPUT_ELEMENTS[profile])
-        return sorted(configs, key=lambda c: self.flops(c, "forward"))
+            fits)
+        seen = {tuple(c[p] for p in self.params) for c in configs}
+        stems = [c for c in sample_configs(f"{self.name}-{profile}-stem", self.params,
+                                           _STEM_CONFIGS[profile],
+                                           lambda rng, n: self._draw_stem(rng, profile, n), fits)
+                 if tuple(c[p] for p in self.params) not in seen]
+        return sorted(configs + stems, key=lambda c: self.flops(c, "forward"))
+
+    def _draw_stem(self, rng: random.Random, profile: str, n: int) -> dict[str, int]:
+        """The ``n``-th candidate first-layer config (see :data:`_STEM_CONFIGS`):
+        few input channels, no input gradient, the stems' kernels and strides in
+        turn, "same" padding for an odd kernel and none for an even one (patchify
+        stems and audio front ends)."""
+        rank = len(self.spatial)
+        r, stride = _STEM_WINDOWS[rank][n % len(_STEM_WINDOWS[rank])]
+        top = self.max_spatial[profile] * _STEM_SIDE_FACTOR[rank]
+        cfg = {"N": log_uniform_ints(rng, 1, _MAX_BATCH[profile]),
+               "C": rng.choice(_STEM_CHANNELS[rank]),
+               "K": log_uniform_ints(rng, 8, min(_MAX_CHANNELS[profile], 512), multiple=8),
+               "R": r, "STRIDE": stride, "PAD": r // 2 if r % 2 else 0, "DIL": 1,
+               "GROUPS": 1, "GRAD_INPUT": 0, "BIAS": int(rng.random() < 0.5)}
+        cfg.update(_draw_spatial(rng, self.spatial, max(r, 16), top, r))
+        return cfg
 
     def _draw(self, rng: random.Random, profile: str, kind: str) -> dict[str, int]:
         """One candidate config of ``kind`` (dense, pointwise, depthwise or grouped),

@@ -1,6 +1,7 @@
 """Pooling and resampling family: ``max_pool2d``, ``avg_pool2d``,
 ``adaptive_avg_pool2d``, ``upsample_nearest2d`` and ``upsample_bilinear2d``
-(forward and backward) on N×C×H×W inputs.
+(forward and backward) on N×C×H×W inputs, and ``max_pool1d`` and
+``avg_pool1d`` on N×C×L inputs (``L`` the length).
 
 Config params: ``N`` batch, ``C`` channels, ``H`` and ``W`` the input size;
 the windowed pools add ``R`` (square kernel), ``STRIDE`` and ``PAD``; the
@@ -249,6 +250,100 @@ class AvgPool2d(_WindowPool):
         return DTYPE_BYTES[dtype] * (inp + out)
 
 
+#: Largest signal length drawn by the 1-D pools, per profile.
+_MAX_LENGTH = {"smoke": 64, "quick": 16384, "gpu": 65536, "full": 65536}
+
+
+class _WindowPool1d(_WindowPool):
+    """A pool over windows of ``R`` elements, ``STRIDE`` apart, on an N×C×L
+    input padded by ``PAD``. A window entry of R = 0 is a global pool: R and
+    STRIDE are the whole length (as ``F.avg_pool1d(x, x.shape[-1])`` is)."""
+
+    params = ("N", "C", "L", "R", "STRIDE", "PAD")
+    monotone_params = ("N", "C", "L")
+
+    def _draw(self, rng, profile, n):
+        """Batch and channels as the 2-D pools draw them; the length log-uniform."""
+        m = 8 if rng.random() < _ALIGNED and _MAX_CHANNELS[profile] >= 16 else 1
+        cfg = {"N": log_uniform_ints(rng, 1, _MAX_BATCH[profile]),
+               "C": log_uniform_ints(rng, m, _MAX_CHANNELS[profile], multiple=m),
+               "L": log_uniform_ints(rng, 8, _MAX_LENGTH[profile])}
+        r, stride, pad = self.windows[n % len(self.windows)]
+        if r == 0:
+            r = stride = cfg["L"]
+        cfg.update(R=r, STRIDE=stride, PAD=pad)
+        return cfg
+
+    def valid(self, params):
+        r, pad = params["R"], params["PAD"]
+        return 2 * pad <= r and params["L"] + 2 * pad >= r
+
+    def make_runner(self, params, dtype, direction, device):
+        import torch
+
+        if not self.valid(params):
+            raise ValueError(f"{self.name} cannot run {dict(params)}")
+        x = torch.randn(params["N"], params["C"], params["L"], dtype=torch_dtype(dtype),
+                        device=device, requires_grad=direction == "backward"
+                        or self.forward_needs_grad)
+        if direction == "forward":
+            return lambda: self._forward(x, params)
+        out = self._forward(x, params)
+        grad_out = torch.randn_like(out)
+        return lambda: torch.autograd.grad(out, (x,), grad_out, retain_graph=True)
+
+    def _sizes(self, p):
+        out = out_size(p["L"], p["R"], p["STRIDE"], p["PAD"], 1)
+        return float(p["N"] * p["C"] * p["L"]), float(p["N"] * p["C"] * out)
+
+    def params_from_shapes(self, input_shapes):
+        """``N``, ``C`` and ``L`` from ``[input, ...]`` (a 3-D input); None for
+        another rank."""
+        if not input_shapes or len(input_shapes[0]) != 3:
+            return None
+        x = list(input_shapes[0])
+        if not all(isinstance(v, int) and v >= 1 for v in x):
+            return None
+        return dict(zip(("N", "C", "L"), x))
+
+
+class MaxPool1d(_WindowPool1d):
+    """``F.max_pool1d(x, R, STRIDE, PAD)`` in training (the input requires a
+    gradient; on a CPU it runs as the 2-D pool with indices over a 1-high
+    image, and its backward is ``MaxPool2DWithIndicesBackward0``)."""
+
+    name = "max_pool1d"
+    trace_names = ("aten::max_pool1d", "aten::max_pool1d_with_indices")
+    #: Audio and 1-D CNNs: M5-style /4 pools, halvings, stride-1 smoothing.
+    windows = ((4, 4, 0), (2, 2, 0), (3, 2, 1), (3, 1, 1), (2, 2, 0), (5, 1, 2))
+    forward_needs_grad = True
+
+    def _forward(self, x, params):
+        import torch.nn.functional as F
+
+        return F.max_pool1d(x, params["R"], params["STRIDE"], params["PAD"])
+
+    flops = MaxPool2d.flops
+    bytes_moved = MaxPool2d.bytes_moved
+
+
+class AvgPool1d(_WindowPool1d):
+    """``F.avg_pool1d(x, R, STRIDE, PAD)`` (padding counted in the average),
+    global (R = L) in a third of the configs, as a 1-D CNN's head pools."""
+
+    name = "avg_pool1d"
+    trace_names = ("aten::avg_pool1d",)
+    windows = ((0, 0, 0), (2, 2, 0), (3, 1, 1), (0, 0, 0), (4, 4, 0), (3, 2, 1))
+
+    def _forward(self, x, params):
+        import torch.nn.functional as F
+
+        return F.avg_pool1d(x, params["R"], params["STRIDE"], params["PAD"])
+
+    flops = AvgPool2d.flops
+    bytes_moved = AvgPool2d.bytes_moved
+
+
 class AdaptiveAvgPool2d(_Pool):
     """``F.adaptive_avg_pool2d(x, OUT)``: an OUT×OUT output, each element the
     average of its window of the input. ``OUT`` = 1 runs as ``x.mean((-2, -1))``
@@ -401,5 +496,5 @@ class UpsampleBilinear2d(_Upsample):
         return 8.0 * out + inp
 
 
-OPS = (MaxPool2d(), AvgPool2d(), AdaptiveAvgPool2d(), UpsampleNearest2d(),
+OPS = (MaxPool2d(), AvgPool2d(), MaxPool1d(), AvgPool1d(), AdaptiveAvgPool2d(), UpsampleNearest2d(),
        UpsampleBilinear2d())
