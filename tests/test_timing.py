@@ -214,16 +214,6 @@ def test_min_warmup_applies_when_warmup_s_is_zero():
     assert m.warmup_n == 4
 
 
-def test_a_measure_can_skip_the_warm_up_time_but_not_its_minimum_calls():
-    clock = FakeClock()
-    timer = Timer(planted_op(clock, [1e-3]), warmup_s=0.05, min_warmup=2, clock_ns=clock)
-    assert timer.measure().warmup_n == 50  # 0.05 s of 1 ms calls
-    assert timer.measure(warmup_s=0.0).warmup_n == 2
-    assert timer.measure().warmup_n == 50  # the timer's own warm-up again
-    with pytest.raises(ValueError, match="warmup_s must be >= 0"):
-        timer.measure(warmup_s=-1.0)
-
-
 def test_adaptive_sampling_continues_until_ci_is_tight():
     clock = FakeClock()
     # Five levels, 10% apart: the CI only tightens once its ranks sit inside the middle level.

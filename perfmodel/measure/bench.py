@@ -131,9 +131,7 @@ def _measure(op, case: OpCase, spec: DeviceSpec, device: str, settings: TimerSet
                   min_samples=settings.min_samples,
                   flush_l2_bytes=spec.l2_bytes if settings.cold_cache and spec.kind == "cuda" else 0,
                   flush_cpu_bytes=op.cpu_flush_bytes(spec.llc_bytes) if spec.kind == "cpu" else 0)
-    # A replicate right after the first times the same warm callable: it skips
-    # the warm-up time (its minimum calls still size the blocks).
-    return [timer.measure(warmup_s=None if i == 0 else 0.0) for i in range(replicates)]
+    return [timer.measure() for _ in range(replicates)]
 
 
 def unsupported_reason(exc: BaseException) -> str | None:

@@ -419,23 +419,15 @@ class Timer:
         self.flush_cpu_bytes = flush_cpu_bytes
         self.clock_ns = clock_ns
 
-    def measure(self, warmup_s: float | None = None) -> Measurement:
-        """Warm up (for ``warmup_s`` seconds, default the timer's, and at least
-        ``min_warmup`` calls), size blocks, sample adaptively and summarise
-        (seconds per call). A measurement right after another of the same
-        callable can pass ``warmup_s=0``: it is warm already, and its
-        ``min_warmup`` calls still size the blocks."""
-        if warmup_s is not None and not warmup_s >= 0:
-            raise ValueError(f"warmup_s must be >= 0, got {warmup_s!r}")
-        warmup_s = self.warmup_s if warmup_s is None else warmup_s
+    def measure(self) -> Measurement:
+        """Warm up, size blocks, sample adaptively and summarise (seconds per call)."""
         if self.cuda_index is None:
-            return self._measure_cpu(warmup_s)
-        return self._measure_cuda(warmup_s)
+            return self._measure_cpu()
+        return self._measure_cuda()
 
-    def _run(self, time_block, *, warmup_s: float, before_sample, force_single: bool, timer: str,
-             cache: str, threads):
+    def _run(self, time_block, *, before_sample, force_single: bool, timer: str, cache: str, threads):
         warmup_n, estimate_s = warm_up(
-            time_block, warmup_s=warmup_s, min_warmup=self.min_warmup, clock_ns=self.clock_ns
+            time_block, warmup_s=self.warmup_s, min_warmup=self.min_warmup, clock_ns=self.clock_ns
         )
         number = 1 if force_single else block_size(estimate_s, self.min_block_s)
         samples, stop_reason = sample_adaptively(
@@ -458,7 +450,7 @@ class Timer:
             threads=threads,
         )
 
-    def _measure_cpu(self, warmup_s: float) -> Measurement:
+    def _measure_cpu(self) -> Measurement:
         fn, clock_ns = self.fn, self.clock_ns
 
         def time_block(number: int) -> float:
@@ -477,11 +469,11 @@ class Timer:
 
         cold = bool(self.flush_cpu_bytes)
         return self._run(
-            time_block, warmup_s=warmup_s, before_sample=flush, force_single=cold, timer="perf_counter",
+            time_block, before_sample=flush, force_single=cold, timer="perf_counter",
             cache="cold" if cold else "hot", threads=torch.get_num_threads()
         )
 
-    def _measure_cuda(self, warmup_s: float) -> Measurement:
+    def _measure_cuda(self) -> Measurement:
         torch = _torch()
         if not torch.cuda.is_available():
             raise RuntimeError(f"device {self.device!r} requested but torch.cuda.is_available() is False")
@@ -515,7 +507,6 @@ class Timer:
             torch.cuda.synchronize(index)
             return self._run(
                 time_block,
-                warmup_s=warmup_s,
                 before_sample=flush,
                 force_single=cold,
                 timer="cuda_event" if hold is None else "cuda_event_queued",
