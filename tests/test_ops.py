@@ -300,3 +300,28 @@ def test_register_op_rejects_what_is_not_an_op_definition(bad, message):
     with pytest.raises(ValueError, match=message):
         register_op(bad)
     assert "scaled_test_op" not in OPS and "no_runner" not in OPS
+
+
+def test_every_builtin_op_is_benchmarked_by_exactly_one_suite():
+    """The main job's suites list their ops by name: an op definition that no
+    suite names is never measured, so never fitted."""
+    import importlib.util
+    from pathlib import Path
+
+    from perfmodel.ops import OPS
+    from perfmodel.registry import BUILTIN
+
+    named: list[str] = []
+    for path in sorted((Path(__file__).resolve().parents[1] / "suites").glob("test_*.py")):
+        if path.stem == "test_registered_ops":  # users' ops, registered at run time
+            continue
+        spec = importlib.util.spec_from_file_location(f"_suite_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        marks = getattr(module, "pytestmark", [])
+        for mark in marks if isinstance(marks, list) else [marks]:
+            if mark.name == "perfmodel_ops":
+                named.extend(mark.args)
+    builtin = {name for name in OPS if OPS.source(name) == BUILTIN}
+    assert sorted(n for n in set(named) if named.count(n) > 1) == []
+    assert builtin - set(named) == set()
