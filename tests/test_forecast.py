@@ -140,7 +140,10 @@ def test_predict_workload_with_measure_prints_the_measured_iteration(planted_lin
     expected = _expected(graph, root, key)
     assert out[0] == f"mlp_small on {key}: predicted {expected.total_s * 1e3:.2f} ms"
     measured = [line for line in out if line.startswith("  measured ")]
-    assert len(measured) == 1 and "30 x 5 iterations), error " in measured[0], out
+    from perfmodel.e2e.single import MEASURE
+
+    _, repeat, number = MEASURE["quick"]
+    assert len(measured) == 1 and f"{repeat} x {number} iterations), error " in measured[0], out
 
 
 def test_stored_files_passed_over_are_listed(planted_linear_fit, mlp_trace):

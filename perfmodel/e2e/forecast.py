@@ -42,8 +42,8 @@ def forecast_workload(name: str, results_root: Path, device: str | None = None,
                       size: str = "registered", seed: int = 0, measure: bool = False,
                       threads: int | None = None) -> MeasuredIteration:
     """Build workload ``name`` (``size``, ``seed``), trace it, predict it and,
-    with ``measure``, measure it (30 blocks of 5 iterations; NaN figures
-    without). Its prediction names the device key and the stored files passed
+    with ``measure``, measure it (as :data:`perfmodel.e2e.single.MEASURE` says for
+    the quick profile; NaN figures without). Its prediction names the device key and the stored files passed
     over (``problems``)."""
     from perfmodel.e2e.single import predict_step
     from perfmodel.workloads import build_workload, get_workload
