@@ -710,12 +710,15 @@ _UNREADABLE = object()
 def _index_threads(folder: Path) -> object:
     """The ``threads`` a fit's index records (None when it records none), read
     without loading its predictors; :data:`_UNREADABLE` when the index does not
-    read (:func:`load_fit` then says why)."""
+    read or holds no valid count (:func:`load_fit` then says why)."""
     try:
         index = json.loads(paths.fit_index(folder).read_text(encoding="utf-8"))
-        return index.get("threads") if isinstance(index, dict) else _UNREADABLE
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return _UNREADABLE
+    threads = index.get("threads") if isinstance(index, dict) else _UNREADABLE
+    valid = threads is None or (isinstance(threads, int) and not isinstance(threads, bool)
+                                and threads >= 1)
+    return threads if valid else _UNREADABLE
 
 
 def load_latest_fit(store: ResultStore, threads: int | None = None
@@ -727,9 +730,7 @@ def load_latest_fit(store: ResultStore, threads: int | None = None
     problems: list[str] = []
     for folder in reversed(paths.fit_dirs(store.dir)):
         recorded = _index_threads(folder)
-        if threads is not None and recorded != threads and (
-                recorded is None or (isinstance(recorded, int) and not isinstance(recorded, bool)
-                                     and recorded >= 1)):
+        if threads is not None and recorded is not _UNREADABLE and recorded != threads:
             continue  # another thread count's fit: not worth loading its predictors
         try:
             fit = load_fit(folder)

@@ -61,6 +61,8 @@ class _Pool(OpDef):
     family = "pooling"
     directions = ("forward", "backward")
     dtypes = ("float32", "bfloat16")
+    #: Spatial params of the input, after ``N`` and ``C``.
+    spatial: tuple[str, ...] = ("H", "W")
 
     def cases(self, profile):
         """As :meth:`OpDef.cases`; ``smoke`` keeps float32 only (a pipeline check)."""
@@ -115,7 +117,7 @@ class _Pool(OpDef):
         if not self.valid(params):
             raise ValueError(f"{self.name} cannot run {dict(params)}")
         grad = direction == "backward" or self.forward_needs_grad
-        x = torch.randn(params["N"], params["C"], params["H"], params["W"],
+        x = torch.randn(params["N"], params["C"], *(params[s] for s in self.spatial),
                         dtype=torch_dtype(dtype), device=device, requires_grad=grad)
         if direction == "forward":
             return lambda: self._forward(x, params)
@@ -124,27 +126,29 @@ class _Pool(OpDef):
         return lambda: torch.autograd.grad(out, (x,), grad_out, retain_graph=True)
 
     # -- analytic work -----------------------------------------------------
-    def _out_hw(self, p: Mapping[str, int]) -> tuple[int, int]:
-        """Output height and width."""
+    def _out_hw(self, p: Mapping[str, int]) -> tuple[int, ...]:
+        """Output size per spatial dim (height and width)."""
         raise NotImplementedError
 
     def _sizes(self, p: Mapping[str, int]) -> tuple[float, float]:
         """(input, output elements) of one call."""
-        oh, ow = self._out_hw(p)
         nc = p["N"] * p["C"]
-        return float(nc * p["H"] * p["W"]), float(nc * oh * ow)
+        return (float(nc * math.prod(p[s] for s in self.spatial)),
+                float(nc * math.prod(self._out_hw(p))))
 
     # -- trace mapping -----------------------------------------------------
     def params_from_shapes(self, input_shapes):
-        """``N``, ``C``, ``H`` and ``W`` from ``[input, ...]`` (a 4-D input);
-        the op's other params are scalar arguments, absent from shapes: the
-        caller adds them from the node's arguments. None for another rank."""
-        if not input_shapes or len(input_shapes[0]) != 4:
+        """``N``, ``C`` and the :attr:`spatial` sizes (``H`` and ``W`` of a 4-D
+        input) from ``[input, ...]``; the op's other params are scalar arguments,
+        absent from shapes: the caller adds them from the node's arguments. None
+        for another rank."""
+        names = ("N", "C", *self.spatial)
+        if not input_shapes or len(input_shapes[0]) != len(names):
             return None
         x = list(input_shapes[0])
         if not all(isinstance(v, int) and v >= 1 for v in x):
             return None
-        return dict(zip(("N", "C", "H", "W"), x))
+        return dict(zip(names, x))
 
 
 class _WindowPool(_Pool):
@@ -163,10 +167,10 @@ class _WindowPool(_Pool):
         """PyTorch's limits: padding at most half the kernel, and a window
         that fits the padded input."""
         r, pad = params["R"], params["PAD"]
-        return 2 * pad <= r and all(params[s] + 2 * pad >= r for s in ("H", "W"))
+        return 2 * pad <= r and all(params[s] + 2 * pad >= r for s in self.spatial)
 
     def _out_hw(self, p):
-        return tuple(out_size(p[s], p["R"], p["STRIDE"], p["PAD"], 1) for s in ("H", "W"))
+        return tuple(out_size(p[s], p["R"], p["STRIDE"], p["PAD"], 1) for s in self.spatial)
 
     def params_from_node(self, node):
         """The shapes' params plus ``R``, ``STRIDE`` (the kernel when the stride
@@ -261,6 +265,7 @@ class _WindowPool1d(_WindowPool):
 
     params = ("N", "C", "L", "R", "STRIDE", "PAD")
     monotone_params = ("N", "C", "L")
+    spatial = ("L",)
 
     def _draw(self, rng, profile, n):
         """Batch and channels as the 2-D pools draw them; the length log-uniform."""
@@ -273,38 +278,6 @@ class _WindowPool1d(_WindowPool):
             r = stride = cfg["L"]
         cfg.update(R=r, STRIDE=stride, PAD=pad)
         return cfg
-
-    def valid(self, params):
-        r, pad = params["R"], params["PAD"]
-        return 2 * pad <= r and params["L"] + 2 * pad >= r
-
-    def make_runner(self, params, dtype, direction, device):
-        import torch
-
-        if not self.valid(params):
-            raise ValueError(f"{self.name} cannot run {dict(params)}")
-        x = torch.randn(params["N"], params["C"], params["L"], dtype=torch_dtype(dtype),
-                        device=device, requires_grad=direction == "backward"
-                        or self.forward_needs_grad)
-        if direction == "forward":
-            return lambda: self._forward(x, params)
-        out = self._forward(x, params)
-        grad_out = torch.randn_like(out)
-        return lambda: torch.autograd.grad(out, (x,), grad_out, retain_graph=True)
-
-    def _sizes(self, p):
-        out = out_size(p["L"], p["R"], p["STRIDE"], p["PAD"], 1)
-        return float(p["N"] * p["C"] * p["L"]), float(p["N"] * p["C"] * out)
-
-    def params_from_shapes(self, input_shapes):
-        """``N``, ``C`` and ``L`` from ``[input, ...]`` (a 3-D input); None for
-        another rank."""
-        if not input_shapes or len(input_shapes[0]) != 3:
-            return None
-        x = list(input_shapes[0])
-        if not all(isinstance(v, int) and v >= 1 for v in x):
-            return None
-        return dict(zip(("N", "C", "L"), x))
 
 
 class MaxPool1d(_WindowPool1d):
