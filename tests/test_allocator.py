@@ -50,7 +50,7 @@ def faults_per_call(fn, warmup, calls):
     for _ in range(calls):
         fn()
     return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / calls
-print(allocator_policy(), faults_per_call(backward, 5, 20), faults_per_call(allocate, 5, 10))
+print(allocator_policy(), faults_per_call(backward, 20, 20), faults_per_call(allocate, 5, 10))
 """
 
 
@@ -69,7 +69,9 @@ def test_keeping_freed_memory_stops_the_page_faults_of_reallocation():
     # the counter sees faults: by default a 64 MiB buffer is mmapped and faulted in each time
     assert allocate > 0.9 * (64 << 20) / resource.getpagesize()
     # pinned, the backward's 2 MiB gradient buffers are reused (unpinned: 0 or ~1,000
-    # faults per call, depending on the allocation history)
+    # faults per call, depending on the allocation history). The backward warms up for
+    # 20 calls: after 5, some heap layouts still paged in one 2 MiB buffer (512 faults)
+    # inside the 20 timed calls, a one-off first touch that is not a reallocation.
     assert backward < 8 and pinned_allocate < 8
 
 
