@@ -37,11 +37,11 @@ def feed_benchmark(request: pytest.FixtureRequest, measurements) -> bool:
     skipping, or when no measurement kept its samples.
     """
     session = getattr(request.config, "_benchmarksession", None)
-    from perfmodel.measure.bench import rounded_samples
+    from perfmodel.measure.timer import Measurement
 
-    # the samples as the run file stores them (SAMPLE_DIGITS), so that the JSON and
-    # the stored records agree
-    samples = rounded_samples(s for m in measurements for s in m.samples_s)
+    # the samples as the run file stores them (Measurement.to_stored), so that the
+    # JSON and the stored records agree
+    samples = [s for m in measurements for s in Measurement.from_dict(m.to_stored()).samples_s]
     if session is None or session.disabled or session.skip or not samples:
         return False
     fixture = request.getfixturevalue("benchmark")

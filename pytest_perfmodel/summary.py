@@ -121,15 +121,17 @@ def summary_lines(pm: Session, quiet: bool = False) -> list[str]:
 
 def zoo_lines(zoo) -> list[str]:
     """The zoo's table (half, measured, predicted, error, coverage by op
-    definitions and generic model, unmodelled share) and each half's geomean |error|."""
+    definitions, generic model and host-only nodes, unmodelled share) and each
+    half's geomean |error|."""
     lines = ["", f"{'zoo model':<24}{'half':<9}{'measured':>10}{'predicted':>11}{'error':>8}"
-                 f"{'by op':>7}{'generic':>8}{'unmod':>7}"]
+                 f"{'by op':>7}{'generic':>8}{'host':>7}{'unmod':>7}"]
     for half, r in sorted(zoo, key=lambda hr: (hr[0] != "tuning", hr[1].workload)):
         cover = r.prediction.coverage
         lines.append(f"{r.workload[:23]:<24}{half:<9}{_ms(r.measured.median_s):>10}"
                      f"{_ms(r.predicted_s):>11}{_pct(r.signed_error, '+'):>8}"
                      f"{_pct(cover.by_op if cover else None):>7}"
                      f"{_pct(cover.by_generic if cover else None):>8}"
+                     f"{_pct(cover.by_host if cover else None):>7}"
                      f"{_pct(cover.unmodelled if cover else None):>7}")
     for half in ("tuning", "scoring"):
         errors = [r.error for h, r in zoo if h == half and r.error > 0]

@@ -69,7 +69,7 @@ def sweep_seconds(records: list[dict]) -> float:
     total = 0.0
     for r in records:
         m = r["measurement"]
-        total += sum(m["samples_s"]) * m["number"] + m["warmup_n"] * m["median_s"]
+        total += sum(samples_s(m)) * m["number"] + m["warmup_n"] * m["median_s"]
     return total
 
 
@@ -77,11 +77,21 @@ def half_budget(record: dict) -> dict:
     """``record`` as half its sampling budget would have measured it: a replicate
     that stopped on the budget keeps its first half of samples (median recomputed)."""
     m = record["measurement"]
-    if m["stop_reason"] != "budget" or len(m["samples_s"]) < 10:
+    samples = samples_s(m)
+    if m["stop_reason"] != "budget" or len(samples) < 10:
         return record
-    kept = m["samples_s"][: len(m["samples_s"]) // 2]
-    return {**record, "measurement": {**m, "samples_s": kept, "n": len(kept),
+    kept = samples[: len(samples) // 2]
+    rest = {k: v for k, v in m.items() if k != "samples_pct"}
+    return {**record, "measurement": {**rest, "samples_s": kept, "n": len(kept),
                                       "median_s": float(np.median(kept))}}
+
+
+def samples_s(stored: dict) -> list[float]:
+    """The per-call samples (s) of a stored measurement, in either stored form
+    (:meth:`perfmodel.measure.timer.Measurement.to_stored`; older runs: seconds)."""
+    if "samples_pct" in stored:
+        return [stored["median_s"] * p / 100.0 for p in stored["samples_pct"]]
+    return list(stored["samples_s"])
 
 
 def newest_quick_run(store: ResultStore) -> Path:

@@ -1,5 +1,6 @@
 """Running one case: replicates, skip reasons, records."""
 
+import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -62,13 +63,17 @@ def test_injected_oom_becomes_a_skip_reason(monkeypatch):
 
 @given(st.lists(st.floats(min_value=1e-9, max_value=10.0, allow_nan=False), min_size=1, max_size=50))
 @settings(max_examples=60, deadline=None)
-def test_stored_samples_keep_three_digits_and_the_summary_is_untouched(samples):
+def test_stored_samples_are_whole_percents_of_the_median_and_the_summary_keeps_four_digits(samples):
     m = Measurement.from_samples(samples, number=1, warmup_n=0, stop_reason="ci", timer="perf_counter",
                                  cache="hot", threads=1)
     stored = measurement_record(TINY, m, 0, {})["measurement"]
-    assert len(stored["samples_s"]) == len(samples)
-    for kept, full in zip(stored["samples_s"], samples):
-        assert abs(kept - full) <= 0.005 * full  # half a step of the third digit
-        assert kept == float(f"{kept:.3g}")
-    assert stored["median_s"] == m.median_s and stored["ci_low_s"] == m.ci_low_s
-    assert Measurement.from_dict(stored).n == m.n
+    assert "samples_s" not in stored and len(stored["samples_pct"]) == len(samples)
+    for name in ("median_s", "iqr_s", "mean_s", "min_s", "ci_low_s", "ci_high_s"):
+        full, kept = getattr(m, name), stored[name]
+        assert kept == float(f"{kept:.4g}") and abs(kept - full) <= 5e-4 * full
+    back = Measurement.from_dict(json.loads(json.dumps(stored)))
+    assert (back.n, back.median_s, back.stop_reason) == (m.n, stored["median_s"], m.stop_reason)
+    assert all(isinstance(p, int) for p in stored["samples_pct"])
+    for kept, full in zip(back.samples_s, samples):
+        assert abs(kept - full) <= 0.005 * stored["median_s"] * (1 + 1e-9)  # half a percent of the median
+    assert back.ci_low_s <= back.median_s <= back.ci_high_s

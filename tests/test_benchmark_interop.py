@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from perfmodel.measure.timer import Measurement
 from tests.helpers import BASE, GATE_SUITE, plant_baseline, run_lines, run_paths, run_plugin
 
 SUITE = """
@@ -40,7 +41,7 @@ def stored_samples(results, key):
     out = {}
     for path in run_paths(results / key):
         records = [json.loads(line) for line in run_lines(path)[1:]]
-        out[path] = [s for r in records for s in r["measurement"]["samples_s"]]
+        out[path] = [s for r in records for s in Measurement.from_dict(r["measurement"]).samples_s]
     return out
 
 

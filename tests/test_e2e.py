@@ -229,7 +229,7 @@ def test_coverage_is_the_traced_time_priced_each_way():
     cover = pred.coverage
     assert (cover.by_op, cover.by_overheads, cover.unmodelled) == pytest.approx((0.6, 0.3, 0.1))
     assert cover.traced_s == pytest.approx(1e-4) and pred.traced_s == 1e-4
-    assert "  coverage: 60.0% by op definitions, 0.0% by the generic model, 30.0% by the overhead table, 10.0% unmodelled" \
-        in pred.lines("g")
+    assert "  coverage: 60.0% by op definitions, 0.0% by the generic model, 30.0% by the overhead " \
+        "table (0.0% of it host-only nodes), 10.0% unmodelled" in pred.lines("g")
     untimed = Graph([Task("overhead", "T1.iteration.op", "host overhead")], None)
     assert predict_graph(untimed, ConstantFit(1e-5), table).coverage is None

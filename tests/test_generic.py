@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from perfmodel.fit.generic import SOURCES, GenericModel, Line, fit_line, generic_from_fit
 from perfmodel.ops import OPS
-from perfmodel.trace.categories import CATEGORIES, COMPUTE_BOUND, NAMED, leaf_category
+from perfmodel.trace.categories import CATEGORIES, COMPUTE_BOUND, NAMED, host_only, leaf_category
 from tests.helpers import ConstantFit
 
 
@@ -142,8 +142,43 @@ def test_unknown_nodes_are_priced_by_the_generic_model(tmp_path):
     assert not any(t.category == "generic" for t in plain)
     cover = predict_graph(graph, fit, table).coverage
     assert cover.by_generic > 0
-    assert cover.by_op + cover.by_generic + cover.by_overheads + cover.unmodelled == \
-        pytest.approx(1.0)
+    assert cover.by_host > 0  # zero_grad, AccumulateGrad and the views
+    assert cover.by_op + cover.by_generic + cover.by_overheads + cover.by_host + \
+        cover.unmodelled == pytest.approx(1.0)
+    assert "host-only nodes" in cover.line()
+
+
+_EVAL = "autograd::engine::evaluate_function: "
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("aten::view", True), ("aten::unbind", True), ("aten::empty_like", True), ("aten::to", True),
+    ("Optimizer.zero_grad#AdamW.zero_grad", True),
+    (_EVAL + "torch::autograd::AccumulateGrad", True), (_EVAL + "ViewBackward0", True),
+    (_EVAL + "AddBackward0", True), (_EVAL + "CatBackward0", True),
+    (_EVAL + "UnsafeViewBackward0", True), (_EVAL + "SqueezeBackward1", True),
+    (_EVAL + "MmBackward0", False), (_EVAL + "MkldnnRnnLayerBackward0", False),
+    (_EVAL + "ConvolutionBackward0", False), (_EVAL + "MyFusedThingBackward0", False),
+    ("aten::mm", False), ("aten::lstm", False), ("aten::my_custom_op", False),
+    ("## forward ##", False),
+])
+def test_host_only_nodes_are_views_allocations_and_autograd_bookkeeping(name, expected):
+    assert host_only(name) is expected
+
+
+def test_coverage_counts_host_only_nodes_apart_from_the_unmodelled():
+    from perfmodel.simulate.predict import coverage
+    from perfmodel.trace.graph import Task
+
+    tasks = [Task("unmodelled", _EVAL + "torch::autograd::AccumulateGrad", "unmodelled", measured_s=1.0),
+             Task("unmodelled", _EVAL + "MmBackward0", "unmodelled", measured_s=2.0),
+             Task("unmodelled", "aten::view", "unmodelled", measured_s=3.0),
+             Task("unmodelled", "aten::pow", "unmodelled", measured_s=4.0,
+                  parts={"pointwise": [1, 64.0]}),
+             Task("overhead", "T1", "overhead", measured_s=5.0)]
+    cover = coverage(tasks, {}, generic=True)
+    assert (cover.by_host, cover.unmodelled, cover.by_generic, cover.by_overheads) == \
+        pytest.approx((4 / 15, 2 / 15, 4 / 15, 5 / 15))
 
 
 def test_replay_cases_keep_parts_and_old_cases_still_load(tmp_path):

@@ -413,3 +413,15 @@ def test_cpu_path_cold_evicts_the_cache_outside_the_timed_call(monkeypatch):
     assert log.buffers == [(64 * 2**20, "uint8", "cpu")]  # allocated once
     assert log.zeroed == m.n  # written once per sample, none during warm-up
     assert m.samples_s == pytest.approx([1e-5] * m.n)  # the 1 ms write is not timed
+
+
+def test_stored_form_names_bad_samples_pct():
+    stored = make_measurement().to_stored()
+    assert Measurement.from_dict(stored).n == 5
+    for bad in ([1.5] * 5, "100,100", [-1] * 5, [True] * 5):
+        with pytest.raises(ValueError, match=r"Measurement\.samples_pct"):
+            Measurement.from_dict({**stored, "samples_pct": bad})
+    with pytest.raises(ValueError, match=r"Measurement\.samples_s has 2 values but n is 5"):
+        Measurement.from_dict({**stored, "samples_pct": [100, 100]})
+    with pytest.raises(ValueError, match="both samples_s and samples_pct"):
+        Measurement.from_dict({**stored, "samples_s": [1.0] * 5})

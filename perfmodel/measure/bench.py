@@ -148,25 +148,10 @@ def unsupported_reason(exc: BaseException) -> str | None:
     return None
 
 
-#: Significant digits a stored per-call sample keeps. Rounding moves a sample by
-#: at most 0.5% of itself, below the spread of any timed case (the timer aims at
-#: a 2% confidence interval of the median), and halves the size of a compacted
-#: run: the samples' last digits are noise that gzip cannot squeeze. The summary
-#: fields (median, CI, IQR, mean, min) are computed from the full samples first
-#: and stored as they are.
-SAMPLE_DIGITS = 3
-
-
-def rounded_samples(samples_s, digits: int = SAMPLE_DIGITS) -> list[float]:
-    """``samples_s`` (s) each rounded to ``digits`` significant digits."""
-    return [float(f"{s:.{digits}g}") for s in samples_s]
-
-
 def measurement_record(case: OpCase, measurement: Measurement, replicate: int, env: dict) -> dict:
-    """The store record of one measurement of ``case``; its samples keep
-    :data:`SAMPLE_DIGITS` significant digits."""
-    stored = measurement.to_dict()
-    stored["samples_s"] = rounded_samples(stored["samples_s"])
+    """The store record of one measurement of ``case``, in the compact form of
+    :meth:`~perfmodel.measure.timer.Measurement.to_stored`."""
+    stored = measurement.to_stored()
     return {"kind": "measurement", "op": case.op, "direction": case.direction,
             "dtype": case.dtype, "config": case.params, "replicate": replicate,
             "measurement": stored, "env": env}

@@ -124,6 +124,16 @@ def _is_int(x) -> bool:
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
+#: Significant digits a stored summary field (seconds) keeps: at most 0.05% of it.
+STORED_DIGITS = 4
+
+_SECONDS_FIELDS = ("median_s", "iqr_s", "mean_s", "min_s", "ci_low_s", "ci_high_s")
+
+
+def _significant(x: float, digits: int) -> float:
+    return float(f"{x:.{digits}g}")
+
+
 @dataclass(frozen=True)
 class Measurement:
     """Summary of the per-call times of one op; every `*_s` field is in seconds.
@@ -148,7 +158,7 @@ class Measurement:
     samples_s: tuple[float, ...]
 
     def __post_init__(self):
-        for name in ("median_s", "iqr_s", "mean_s", "min_s", "ci_low_s", "ci_high_s"):
+        for name in _SECONDS_FIELDS:
             value = getattr(self, name)
             if not _is_real(value) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"Measurement.{name} must be a finite number >= 0, got {value!r}")
@@ -194,9 +204,41 @@ class Measurement:
         d["samples_s"] = list(self.samples_s)
         return d
 
+    def to_stored(self) -> dict[str, Any]:
+        """The compact dict a run file stores (:func:`from_dict` reads it back).
+
+        The summary fields keep :data:`STORED_DIGITS` significant digits and the
+        samples become ``samples_pct``: each one as an integer percentage of the
+        stored median. That bounds a stored sample's error by half a percent of
+        the median, below the spread of any timed case (the timer aims at a 2%
+        confidence interval of the median), and keeps a compacted quick run near
+        1 MB: the samples' further digits are noise that gzip cannot squeeze.
+        Every summary field is computed from the full samples before rounding.
+        """
+        d = self.to_dict()
+        for name in _SECONDS_FIELDS:
+            d[name] = _significant(d[name], STORED_DIGITS)
+        samples = d.pop("samples_s")
+        median = d["median_s"]
+        d["samples_pct"] = [round(100.0 * s / median) if median > 0 else 0 for s in samples]
+        return d
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Measurement":
-        """Rebuild from `to_dict` output; ValueError names a missing, unknown or bad field."""
+        """Rebuild from `to_dict` or `to_stored` output (``samples_pct`` become
+        seconds: percent of ``median_s``); ValueError names a missing, unknown or
+        bad field."""
+        if isinstance(d, dict) and "samples_pct" in d:
+            pct = d["samples_pct"]
+            if "samples_s" in d:
+                raise ValueError("Measurement has both samples_s and samples_pct (keep one)")
+            if not isinstance(pct, (list, tuple)) or not all(_is_int(p) and p >= 0 for p in pct):
+                raise ValueError(f"Measurement.samples_pct must be a list of ints >= 0, got {pct!r:.80}")
+            median = d.get("median_s")
+            if not _is_real(median) or not math.isfinite(median) or median < 0:
+                raise ValueError(f"Measurement.median_s must be a finite number >= 0, got {median!r}")
+            d = {**{k: v for k, v in d.items() if k != "samples_pct"},
+                 "samples_s": [median * p / 100.0 for p in pct]}
         if isinstance(d, dict) and not isinstance(d.get("samples_s", []), (list, tuple)):
             raise ValueError(f"Measurement.samples_s must be a list, got {type(d['samples_s']).__name__}")
         return dataclass_from_dict(cls, d)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from perfmodel.fit.generic import GenericModel, generic_model
 from perfmodel.trace.graph import Graph, Task
+from perfmodel.trace.categories import host_only
 from perfmodel.ops import OPS
 from perfmodel.simulate.result import Coverage, IterationPrediction, traced_seconds
 from perfmodel.simulate.result import furthest_beyond  # noqa: F401  (its old home)
@@ -308,9 +309,11 @@ def coverage(tasks: list[Task], missing: dict[str, int], comm_priced: bool = Fal
     backward nodes they cover) by their predictor unless their ``op.direction``
     is in ``missing``, collectives by the communication predictor when
     ``comm_priced``, gaps by the overhead table, the tasks :func:`generic_priced`
-    picks by the generic model when there is one (``generic``), the rest
-    unmodelled. None for an untimed trace."""
-    op_s = overheads_s = unmodelled_s = generic_s = 0.0
+    picks by the generic model when there is one (``generic``), unmodelled nodes
+    that are pure host work (:func:`~perfmodel.trace.categories.host_only`) by
+    the overhead table as host-only nodes, the rest unmodelled. None for an
+    untimed trace."""
+    op_s = overheads_s = unmodelled_s = generic_s = host_s = 0.0
     for task in tasks:
         seconds = traced_seconds(task)
         if task.kind == "overhead":
@@ -320,6 +323,9 @@ def coverage(tasks: list[Task], missing: dict[str, int], comm_priced: bool = Fal
             op_s += seconds
         elif generic and generic_priced(task, on_device):
             generic_s += seconds
+        elif task.kind == "unmodelled" and not task.parts and not task.kernels \
+                and host_only(task.name):
+            host_s += seconds
         else:
             unmodelled_s += seconds
-    return Coverage.of_seconds(op_s, overheads_s, unmodelled_s, generic_s)
+    return Coverage.of_seconds(op_s, overheads_s, unmodelled_s, generic_s, host_s)

@@ -19,10 +19,14 @@ element makes it ``gather_scatter``, an output under half the largest input's
 elements ``reduction``, otherwise ``pointwise``. Views, allocations
 (:data:`NO_WORK`) and nodes without tensors do no memory-bound work, and
 compute-bound ops (:data:`COMPUTE_BOUND`) are not priced by bytes: they have
-no category, and the overhead table prices them.
+no category, and the overhead table prices them. A node with no category that
+is pure host work (:func:`host_only`: views, allocations, autograd's
+bookkeeping, ``zero_grad``) is host overhead, priced per call by that table.
 """
 
 from __future__ import annotations
+
+import re
 
 CATEGORIES = ("pointwise", "reduction", "gather_scatter", "layout")
 
@@ -52,7 +56,7 @@ NAMED: dict[str, str] = {f"aten::{n}": cat for cat, names in (
 #: ATen ops that allocate or alias and move no data of their own.
 NO_WORK = frozenset(f"aten::{n}" for n in """empty empty_like empty_strided new_empty
 new_empty_strided resize_ as_strided set_ detach detach_ alias lift_fresh item
-_local_scalar_dense result_type size stride is_nonzero record_stream""".split())
+_local_scalar_dense result_type size stride is_nonzero record_stream to type_as""".split())
 
 #: ATen ops whose time is compute-bound (GEMMs, convolutions, recurrent layers):
 #: bytes do not price them, so they get no category.
@@ -62,6 +66,47 @@ mkldnn_convolution convolution_backward _slow_conv2d_forward _slow_conv2d_backwa
 slow_conv_transpose2d lstm gru rnn_tanh mkldnn_rnn_layer mkldnn_rnn_layer_backward
 _scaled_dot_product_flash_attention_for_cpu scaled_dot_product_attention
 _scaled_dot_product_flash_attention_for_cpu_backward""".split())
+
+#: ATen ops that return a view of their input (or split it into views): no data
+#: moves unless the node also copies, which then shows as a categorised leaf.
+VIEWS = frozenset(f"aten::{n}" for n in """view view_as reshape _reshape_alias _unsafe_view
+transpose transpose_ t t_ permute unsqueeze unsqueeze_ squeeze squeeze_ flatten unflatten unbind
+expand expand_as select slice split split_with_sizes chunk narrow diagonal movedim swapaxes
+unfold real imag numpy_T mT""".split())
+
+_AUTOGRAD_PREFIX = "autograd::engine::evaluate_function: "
+_BACKWARD = re.compile(r"^([A-Za-z]+?)Backward\d*$")
+
+
+def _snake(camel: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
+
+
+def host_only(name: str) -> bool:
+    """Whether a trace node ``name`` with no memory-bound work (no categorised
+    leaf) is pure host work: a view, an allocation (:data:`NO_WORK`), autograd's
+    bookkeeping (``AccumulateGrad``, and the backward of a memory-bound op or a
+    view that only passed its gradient on or returned views of it, such as
+    ``AddBackward0`` or ``CatBackward0``)
+    or an optimizer's ``zero_grad`` (a Python loop over the parameters). Such
+    nodes cost host time per call, which the overhead table prices; a
+    compute-bound node (a GEMM's backward, an RNN layer's) is not host-only."""
+    if name.startswith("Optimizer.zero_grad"):
+        return True
+    if name in VIEWS or name in NO_WORK:
+        return True
+    if not name.startswith(_AUTOGRAD_PREFIX):
+        return False
+    function = name[len(_AUTOGRAD_PREFIX):]
+    if function == "torch::autograd::AccumulateGrad":
+        return True
+    match = _BACKWARD.match(function)
+    if match is None:
+        return False
+    forward = _snake(match.group(1))
+    return any(f in VIEWS or f in NO_WORK or f in NAMED
+               for f in (f"aten::{forward}", f"aten::_{forward}"))
+
 
 #: Element size of an int64 tensor (B): how an index tensor shows in a trace.
 _INT64_BYTES = 8
