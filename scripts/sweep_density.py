@@ -44,6 +44,7 @@ from perfmodel.fit.metrics import gmae
 from perfmodel.replay.case import load_case
 from perfmodel.replay.rerun import replay_case
 from perfmodel.measure.bench import replicates_for
+from perfmodel.measure.timer import stored_samples_s
 from perfmodel.ops import OpCase, get_op
 from perfmodel.store import paths
 from perfmodel.store.results import ResultStore, read_run_file, read_run_header
@@ -69,7 +70,7 @@ def sweep_seconds(records: list[dict]) -> float:
     total = 0.0
     for r in records:
         m = r["measurement"]
-        total += sum(samples_s(m)) * m["number"] + m["warmup_n"] * m["median_s"]
+        total += sum(stored_samples_s(m)) * m["number"] + m["warmup_n"] * m["median_s"]
     return total
 
 
@@ -77,7 +78,7 @@ def half_budget(record: dict) -> dict:
     """``record`` as half its sampling budget would have measured it: a replicate
     that stopped on the budget keeps its first half of samples (median recomputed)."""
     m = record["measurement"]
-    samples = samples_s(m)
+    samples = stored_samples_s(m)
     if m["stop_reason"] != "budget" or len(samples) < 10:
         return record
     kept = samples[: len(samples) // 2]
@@ -85,13 +86,6 @@ def half_budget(record: dict) -> dict:
     return {**record, "measurement": {**rest, "samples_s": kept, "n": len(kept),
                                       "median_s": float(np.median(kept))}}
 
-
-def samples_s(stored: dict) -> list[float]:
-    """The per-call samples (s) of a stored measurement, in either stored form
-    (:meth:`perfmodel.measure.timer.Measurement.to_stored`; older runs: seconds)."""
-    if "samples_pct" in stored:
-        return [stored["median_s"] * p / 100.0 for p in stored["samples_pct"]]
-    return list(stored["samples_s"])
 
 
 def newest_quick_run(store: ResultStore) -> Path:

@@ -134,6 +134,15 @@ def _significant(x: float, digits: int) -> float:
     return float(f"{x:.{digits}g}")
 
 
+def stored_samples_s(stored: dict[str, Any]) -> list[float]:
+    """The per-call samples (s) of a stored measurement dict, in either form
+    (:meth:`Measurement.to_stored`'s ``samples_pct``, or older ``samples_s``);
+    unchecked: :meth:`Measurement.from_dict` validates."""
+    if "samples_pct" in stored:
+        return [stored["median_s"] * p / 100.0 for p in stored["samples_pct"]]
+    return list(stored.get("samples_s", []))
+
+
 @dataclass(frozen=True)
 class Measurement:
     """Summary of the per-call times of one op; every `*_s` field is in seconds.
@@ -238,7 +247,7 @@ class Measurement:
             if not _is_real(median) or not math.isfinite(median) or median < 0:
                 raise ValueError(f"Measurement.median_s must be a finite number >= 0, got {median!r}")
             d = {**{k: v for k, v in d.items() if k != "samples_pct"},
-                 "samples_s": [median * p / 100.0 for p in pct]}
+                 "samples_s": stored_samples_s(d)}
         if isinstance(d, dict) and not isinstance(d.get("samples_s", []), (list, tuple)):
             raise ValueError(f"Measurement.samples_s must be a list, got {type(d['samples_s']).__name__}")
         return dataclass_from_dict(cls, d)

@@ -74,7 +74,8 @@ transpose transpose_ t t_ permute unsqueeze unsqueeze_ squeeze squeeze_ flatten 
 expand expand_as select slice split split_with_sizes chunk narrow diagonal movedim swapaxes
 unfold real imag numpy_T mT""".split())
 
-_AUTOGRAD_PREFIX = "autograd::engine::evaluate_function: "
+#: How the trace names autograd's run of one backward function.
+AUTOGRAD_PREFIX = "autograd::engine::evaluate_function: "
 _BACKWARD = re.compile(r"^([A-Za-z]+?)Backward\d*$")
 
 
@@ -95,9 +96,9 @@ def host_only(name: str) -> bool:
         return True
     if name in VIEWS or name in NO_WORK:
         return True
-    if not name.startswith(_AUTOGRAD_PREFIX):
+    if not name.startswith(AUTOGRAD_PREFIX):
         return False
-    function = name[len(_AUTOGRAD_PREFIX):]
+    function = name[len(AUTOGRAD_PREFIX):]
     if function == "torch::autograd::AccumulateGrad":
         return True
     match = _BACKWARD.match(function)

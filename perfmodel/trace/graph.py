@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from perfmodel.ops import OPS, OpDef
+from perfmodel.trace.categories import AUTOGRAD_PREFIX as _AUTOGRAD_PREFIX
 from perfmodel.trace.categories import add_part, leaf_category
 from perfmodel.trace.parse import Trace, TraceNode
 
 #: ET tensor element types -> the dtype names the op definitions use.
 _DTYPES = {"float": "float32", "c10::BFloat16": "bfloat16", "c10::Half": "float16",
            "double": "float64"}
-_AUTOGRAD_PREFIX = "autograd::engine::evaluate_function: "
 
 
 @dataclass
