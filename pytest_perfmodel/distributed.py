@@ -17,7 +17,6 @@ that needs them.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -97,8 +96,12 @@ def pytest_configure(config: pytest.Config) -> None:
     capture = config.pluginmanager.get_plugin("capturemanager")
     if capture is not None:  # an abort's message must reach the real stderr
         world.before_abort = capture.suspend_global_capture
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    # pytest-xdist gives its workers `config.workerinput`; its environment variables
+    # would also reach pytest runs that a test starts (pytester, subprocesses), which
+    # are no workers
+    workerinput = getattr(config, "workerinput", None) or {}
+    worker = str(workerinput.get("workerid", ""))
+    workers = int(workerinput.get("workercount", 1) or 1)
     if launcher_world() is not None:
         index, share = local_ranks()
     elif worker:

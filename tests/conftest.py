@@ -17,6 +17,15 @@ settings.register_profile("perfmodel", derandomize=True, database=None, deadline
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "perfmodel"))
 
 
+@pytest.fixture(autouse=True)
+def plain_inner_sessions(monkeypatch):
+    """The pytest runs a test starts (pytester, subprocesses) are plain sessions even
+    when the tests run under pytest-xdist (`pytest -n 2`): its worker variables would
+    turn pytest-benchmark off in them."""
+    for name in [k for k in os.environ if k.startswith("PYTEST_XDIST")]:
+        monkeypatch.delenv(name)
+
+
 @pytest.fixture(scope="module")
 def heavy_modules_loaded_once():
     """pytester's in-process runs drop the modules a run imported when it ends;

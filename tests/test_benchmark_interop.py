@@ -23,13 +23,6 @@ ONE_CASE = "add-forward-float32-ROWS278-COLS8"
 pytestmark = pytest.mark.usefixtures("heavy_modules_loaded_once")
 
 
-@pytest.fixture(autouse=True)
-def outside_xdist(monkeypatch):
-    """pytest-benchmark turns itself off inside an xdist worker (it reads
-    PYTEST_XDIST_WORKER); the inner runs here are not xdist workers."""
-    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
-
-
 def run(pytester, results, *args):
     """The plugin run over ``SUITE``, timing ``ONE_CASE`` only."""
     pytester.makepyfile(SUITE)

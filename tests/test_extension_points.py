@@ -3,7 +3,6 @@ entry points, ``register_op`` calls, and the README's custom-op example run as a
 user's own project would run it (pytester, in a subprocess)."""
 
 import json
-import os
 import re
 import textwrap
 
@@ -218,12 +217,10 @@ def test_workload_entry_points_join_the_single_and_multirank_registries(fresh_op
 # -- a user's project, run by pytest in a subprocess -------------------------------------
 
 @pytest.fixture
-def user_project(pytester, monkeypatch):
+def user_project(pytester):
     """A user's project directory (pytester's), whose subprocess runs find a
     planted CPU spec in ``results``: ``(pytester, results, device key, run)``,
     where ``run(*args)`` runs pytest there with the plugin on the smoke profile."""
-    for name in [k for k in os.environ if k.startswith("PYTEST_XDIST")]:
-        monkeypatch.delenv(name)  # a plain session even under pytest-xdist
     results = pytester.path.parent / f"{pytester.path.name}-results"
     key = plant_cpu_spec(results)
 
