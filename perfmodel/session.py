@@ -161,6 +161,10 @@ class Session:
         self.workers_reported = 0
         self._graphs: dict = {}  # workload -> task Graph traced this session
         self.notes: list[str] = []  # informational lines for the summary
+        #: why E2E items were skipped -> their names (:meth:`_note_not_run`)
+        self._not_run: dict[str, list[str]] = {}
+        #: thread counts whose stored runs were fitted for the ranks (:meth:`_refit_for_ranks`)
+        self._refitted_for_ranks: set[int] = set()
         #: Microbench measurements taken, and the ids of those whose spread was
         #: wide (:attr:`perfmodel.measure.timer.Measurement.wide_spread`), for the summary.
         self.measured = 0
@@ -460,6 +464,39 @@ class Session:
                           f"{again.signed_error:+.2%} (the repeat decides)")
         return again
 
+    def _note_not_run(self, name: str, why: str) -> None:
+        """One summary line per reason, naming every E2E item skipped for it: pytest
+        shows a skip's reason only under ``-rs``, and the command that makes them run
+        must not go unseen."""
+        names = self._not_run.setdefault(why, [])
+        before = f"WARN {', '.join(names)}: not run ({why})"
+        names.append(name)
+        line = f"WARN {', '.join(names)}: not run ({why})"
+        if before in self.notes:
+            self.notes[self.notes.index(before)] = line
+        else:
+            self.notes.append(line)
+
+    def _refit_for_ranks(self, threads: int) -> bool:
+        """When no usable fit of ``threads`` torch threads is stored (none yet, or a
+        stale one) but measurement runs at that count are: fit them
+        (:func:`perfmodel.fit.fitting.refit`, deterministic), save the fit, say so
+        in the summary, and return True. False when there is nothing to fit (the
+        sweep at that count was never run here)."""
+        from perfmodel.fit.fitting import refit
+
+        if threads in self._refitted_for_ranks:
+            return False  # fitted once in this session already
+        self._refitted_for_ranks.add(threads)
+        try:
+            fit, folder, _ = refit(self.store, threads=threads)
+        except ValueError:
+            return False
+        self.notes.append(f"no usable {threads}-thread fit was stored for the multi-rank "
+                          f"workloads' ranks: fitted the stored {threads}-thread runs "
+                          f"({len(fit.data_runs)}) as {folder.parent.name}/{folder.name}")
+        return True
+
     def run_e2e_multirank(self, workload: str, world_size: int) -> None:
         """Trace, predict and measure multi-rank ``workload`` on ``world_size``
         ranks under mpiexec (``baseline_runs`` times when saving a baseline), and
@@ -469,9 +506,11 @@ class Session:
         thread count (:func:`perfmodel.e2e.ranks.rank_threads`). When this
         session runs at that count (``--perfmodel-threads 1`` for 2 or 4 ranks
         on 2 cores) its fit is refreshed and saved first; otherwise the newest
-        stored fit of that count is used (noted in the summary), and
-        :class:`Unavailable` names the command to run when there is none (like a
-        missing package: the sweep goes on)."""
+        stored fit of that count is used (noted in the summary). When none is
+        usable but runs at that count are stored, they are fitted first
+        (:meth:`_refit_for_ranks`); when there are none, :class:`Unavailable`
+        names the sweep to run, and the summary lists the items skipped for it
+        (like a missing package: the sweep goes on)."""
         from perfmodel.e2e.ranks import MultirankError, rank_threads, require_fit, run_multirank
 
         threads = rank_threads(world_size)
@@ -479,10 +518,20 @@ class Session:
             if self.fit() is not None:  # a fresh fit of the ranks' thread count is saved
                 self._current_fit()        # for them; a stale one that cannot be is refused
         else:
+            problem: MultirankError | None = None
             try:
                 require_fit(self.store, threads, self.options.profile)
             except MultirankError as exc:
-                raise Unavailable(f"{workload}@{world_size}: {exc}") from None
+                problem = exc
+            if problem is not None and self._refit_for_ranks(threads):
+                try:
+                    require_fit(self.store, threads, self.options.profile)
+                    problem = None
+                except MultirankError as exc:
+                    problem = exc
+            if problem is not None:
+                self._note_not_run(f"{workload}@{world_size}", str(problem))
+                raise Unavailable(f"{workload}@{world_size}: {problem}")
             note = (f"{workload}@{world_size}: ranks run {threads} thread(s), this session "
                     f"{self.device.threads}; they use the stored {threads}-thread fit")
             if note not in self.notes:

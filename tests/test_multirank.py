@@ -3,6 +3,7 @@ model-parallel DLRM (DDP all-reduces and the pooled-embedding all_to_all), and
 the driver's failure paths. Prediction accuracy is not asserted here."""
 
 import json
+import re
 
 import pytest
 
@@ -286,6 +287,17 @@ def test_a_stale_fit_at_the_ranks_thread_count_is_one_clear_error(planted_result
     report.predictors[linear], report.accuracy[linear] = fit_op(
         *linear, samples_from_records(planted_records())[linear], SPEC, kinds=["shape"])
     save_fit(report, store, "one", ["r1"])
+    with pytest.raises(MultirankError, match=r"^no collective predictor in the 1-thread fit "
+                                             r"under .*: run `pytest suites/test_collective.py"):
+        require_fit(store, 1)  # the ranks could not price their collectives
+    reduce = ("all_reduce", "forward")
+    records = [{"kind": "measurement", "op": "all_reduce", "direction": "forward",
+                "dtype": "float32", "config": {"world_size": 2, "bytes": 1 << e},
+                "replicate": 0, "run_id": "r1", "measurement": {"median_s": 1e-5 * e}}
+               for e in range(4, 14)]
+    report.predictors[reduce], report.accuracy[reduce] = fit_op(
+        *reduce, samples_from_records(records)[reduce], SPEC)
+    save_fit(report, store, "two", ["r1"])
     assert require_fit(store, 1) is not None
     op = get_op("linear")
     monkeypatch.setattr(type(op), "params", op.params + ("EXTRA",))
@@ -476,3 +488,57 @@ def test_ops_drift_by_the_sweeps_at_the_hosts_thread_count_now_and_beside_the_fi
     assert "no 2-thread sweep within 12 h" in ranks.sweep_op_drift(store, far, 2)[1]
     assert ranks.sweep_op_drift(store, fit, 4) == ({}, "no op drift: no 4-thread sweep or no "
                                                         "dated fit data")
+
+
+def test_multirank_items_without_their_fit_are_named_in_the_summary(pytester, planted_results,
+                                                                    heavy_modules_loaded_once):
+    """A session at 2 threads with no stored 1-thread fit (a new machine's main job)
+    skips the multi-rank items, and the perfmodel summary says so in one line that
+    names each of them and the command that makes them run (a skip's reason alone
+    shows only under ``-rs``)."""
+    from tests.helpers import REPO, run_plugin
+
+    root, key = planted_results
+    pytester.makepyfile(test_mr=(REPO / "suites" / "test_e2e_multirank.py").read_text())
+    out = run_plugin(pytester, root, "--perfmodel-threads=2", "--perfmodel-profile=smoke",
+                     "-k", "ddp_mlp")
+    out.assert_outcomes(skipped=2)
+    summary = re.sub(r"\s+", " ", out.stdout.str())  # the summary wraps long lines
+    line = (f"WARN ddp_mlp@2, ddp_mlp@4: not run (no fit for 1 thread(s) under {root / key}: "
+            f"run `pytest suites/ -m microbench --perfmodel-profile smoke --perfmodel-threads 1` "
+            f"first)")
+    assert summary.count(line) == 1 and summary.count("not run (") == 1, out.stdout.str()
+
+
+def test_a_session_fits_the_stored_runs_at_the_ranks_thread_count_once(planted_results):
+    """A 2-thread session whose store holds 1-thread runs but no 1-thread fit (the
+    sweep the skip line names was run, nothing fitted it) fits them for the ranks,
+    saves the fit and says so in the summary; with no such runs, nothing is fitted."""
+    from perfmodel.fit.fitting import load_latest_fit
+    from perfmodel.session import Options, Session
+    from perfmodel.settings import Settings
+    from perfmodel.store import paths
+    from perfmodel.store.results import ResultStore
+    from tests.helpers import planted_spec
+
+    root, key = planted_results
+    store = ResultStore(root, key)
+    two = Session(Options("cpu", "smoke", root, 2), Settings(), root)
+    two._device = planted_spec(root, key)
+    assert not two._refit_for_ranks(1)  # no 1-thread spec nor runs: nothing to fit
+    one = {**json.loads(paths.spec_file(store.dir).read_text()), "threads": 1}
+    paths.threads_spec_file(store.dir, 1).write_text(json.dumps(one))
+    run = store.open_run({"threads": 1}, "smoke", run_id="20261207T000000Z-1-0001")
+    for record in planted_records():
+        run.append({**record, "run_id": "20261207T000000Z-1-0001", "env": {"threads": 1}})
+    run.close()
+    again = Session(Options("cpu", "smoke", root, 2), Settings(), root)
+    again._device = planted_spec(root, key)
+    assert load_latest_fit(store, threads=1)[0] is None
+    assert again._refit_for_ranks(1)
+    fit, _ = load_latest_fit(store, threads=1)
+    assert fit is not None and ("linear", "forward") in fit.predictors
+    assert list(fit.data_runs) == ["20261207T000000Z-1-0001"]
+    (note,) = [n for n in again.notes if "fitted the stored 1-thread runs" in n]
+    assert fit.path is not None and note.endswith(f"(1) as predictors/{fit.path.name}")
+    assert not again._refit_for_ranks(1)  # once per session

@@ -117,8 +117,9 @@ def missing_fit_message(store_dir: Path, threads: int, profile: str = "quick",
 def require_fit(store, threads: int, profile: str = "quick"):
     """The newest fit of ``store`` (a :class:`~perfmodel.store.results.ResultStore`)
     measured at ``threads`` torch threads; :class:`MultirankError` when there is
-    none, it has no per-op (non-collective) predictor, or some are stale."""
-    from perfmodel.fit.fitting import load_latest_fit
+    none, it has no per-op (non-collective) predictor or no collective one, or
+    some are stale."""
+    from perfmodel.fit.fitting import load_latest_fit, refit_command
     from perfmodel.ops import get_op
 
     fit, _ = load_latest_fit(store, threads=threads)
@@ -132,6 +133,12 @@ def require_fit(store, threads: int, profile: str = "quick"):
     if all(get_op(op).family == "collective" for op, _ in fit.predictors):
         raise MultirankError(missing_fit_message(store.dir, threads, profile,
                                                  "only collective predictors in the fit"))
+    if not any(get_op(op).family == "collective" for op, _ in fit.predictors):
+        raise MultirankError(
+            f"no collective predictor in the {threads}-thread fit under {store.dir}: run "
+            f"`pytest suites/test_collective.py -m 'microbench and collective' --perfmodel-profile "
+            f"{profile} --perfmodel-ranks N` for N = 2 and 4, then "
+            f"`{refit_command(store.device_key, threads)}`")
     return fit
 
 
@@ -256,10 +263,14 @@ def comm_pricer(fit) -> Callable[[str, dict[str, int]], CommPrice]:
         try:
             predictor = fit.predictor(op, "forward")
         except LookupError:
+            from perfmodel.fit.fitting import refit_command
+
             raise LookupError(
                 f"no fitted predictor for collective {op!r}; measure it first: mpiexec -n "
                 f"{params['world_size']} pytest suites/test_collective.py -m "
-                f"'microbench and collective'") from None
+                f"'microbench and collective', then fit it into "
+                f"the ranks' fit: "
+                f"{refit_command(fit.device_key or '<device-key>', fit.threads)}") from None
         wall = max(0.0, float(predictor.predict("float32", [params])[0]))
         return CommPrice(wall, optional(op, HOST_CPU, params),
                          optional(op, LOADED, params, measured_world_only=True))
