@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfmodel.gate.baseline import (Verdict, WorkloadRuns, built_from_repeats, check_errors,
-                                     error_fails, load_baseline, save_baseline)
+from perfmodel.gate.baseline import (FLOOR_SPAN_S, Verdict, WorkloadRuns, built_from_repeats,
+                                     check_errors, error_fails, load_baseline, save_baseline)
 from perfmodel.settings import Settings
 from perfmodel.store.results import ResultStore, new_run_id
 
@@ -852,8 +852,11 @@ class Session:
         except OSError as exc:
             return self._fail_gate(f"cannot read the baseline {path}: {exc.strerror or exc}")
         if baseline is None:
-            self.gate.lines.append(f"no baseline at {path}; not gating. Create one with "
-                                   f"--perfmodel-save-baseline")
+            self.gate.lines.append(
+                f"no baseline at {path}; not gating. Build one from the runs of separate "
+                f"sessions spread over at least {FLOOR_SPAN_S / 3600:.0f} h: `perfmodel baseline "
+                f"--last 5 --profile {self.options.profile}` (--perfmodel-save-baseline repeats "
+                f"the workloads inside one run, which sets no noise floor)")
             return self.gate
         report = check_errors({w: e[-1] for w, e in errors.items()}, baseline,
                               self.settings.gate_policy(), expected=self.e2e_expected,

@@ -116,7 +116,9 @@ def test_missing_baseline_is_a_message_not_a_crash(pytester, planted_results):
     pytester.makepyfile(GATE_SUITE.format(predicted=0.125))
     out = run_plugin(pytester, results, "-m", "e2e")
     assert out.ret == 0
-    out.stdout.fnmatch_lines([f"no baseline at {results / key / 'baseline-smoke.json'}; not gating.*"])
+    out.stdout.fnmatch_lines([f"no baseline at {results / key / 'baseline-smoke.json'}; not gating. "
+                              f"Build one from the runs of separate sessions spread over at "
+                              f"least 4 h: `perfmodel baseline --last 5 --profile smoke`*"])
 
 
 def test_save_baseline_then_gate(pytester, planted_results):
