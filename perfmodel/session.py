@@ -482,8 +482,11 @@ class Session:
         stale one) but measurement runs at that count are: fit them
         (:func:`perfmodel.fit.fitting.refit`, deterministic), save the fit, say so
         in the summary, and return True. False when there is nothing to fit (the
-        sweep at that count was never run here)."""
+        sweep at that count was never run here: no runs, or only collectives')."""
+        import shutil
+
         from perfmodel.fit.fitting import refit
+        from perfmodel.ops import get_op
 
         if threads in self._refitted_for_ranks:
             return False  # fitted once in this session already
@@ -492,6 +495,9 @@ class Session:
             fit, folder, _ = refit(self.store, threads=threads)
         except ValueError:
             return False
+        if all(get_op(op).family == "collective" for op, _ in fit.predictors):
+            shutil.rmtree(folder)  # only collectives stored at that count: the sweep is
+            return False           # missing, and each session would save the same fit
         self.notes.append(f"no usable {threads}-thread fit was stored for the multi-rank "
                           f"workloads' ranks: fitted the stored {threads}-thread runs "
                           f"({len(fit.data_runs)}) as {folder.parent.name}/{folder.name}")

@@ -31,14 +31,14 @@ def planted_cpu_dict(key: str, threads: int = THREADS) -> dict:
             "threads": threads, "source": "measured"}
 
 
-def plant_cpu_spec(root: Path) -> str:
-    """Write :func:`planted_cpu_dict` for this machine's CPU key under ``root``;
-    return the key."""
+def plant_cpu_spec(root: Path, threads: int = THREADS) -> str:
+    """Write :func:`planted_cpu_dict` (at ``threads``) for this machine's CPU key
+    under ``root``; return the key."""
     from perfmodel.device.probe import cpu_device_key
 
     key = cpu_device_key()
     (root / key).mkdir(parents=True, exist_ok=True)
-    (root / key / "device.json").write_text(json.dumps(planted_cpu_dict(key)))
+    (root / key / "device.json").write_text(json.dumps(planted_cpu_dict(key, threads)))
     return key
 
 

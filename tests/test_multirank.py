@@ -528,6 +528,17 @@ def test_a_session_fits_the_stored_runs_at_the_ranks_thread_count_once(planted_r
     assert not two._refit_for_ranks(1)  # no 1-thread spec nor runs: nothing to fit
     one = {**json.loads(paths.spec_file(store.dir).read_text()), "threads": 1}
     paths.threads_spec_file(store.dir, 1).write_text(json.dumps(one))
+    run = store.open_run({"threads": 2}, "smoke", run_id="20261206T000000Z-1-0001")
+    for e in range(4, 14):  # collectives only: they qualify at any thread count
+        run.append({"kind": "measurement", "op": "all_reduce", "direction": "forward",
+                    "dtype": "float32", "config": {"world_size": 2, "bytes": 1 << e},
+                    "replicate": 0, "run_id": "20261206T000000Z-1-0001", "env": {"threads": 2},
+                    "measurement": {"median_s": 1e-5 * e}})
+    run.close()
+    collectives = Session(Options("cpu", "smoke", root, 2), Settings(), root)
+    collectives._device = planted_spec(root, key)
+    assert not collectives._refit_for_ranks(1)  # nothing but collectives: no fit is kept
+    assert load_latest_fit(store, threads=1)[0] is None and not collectives.notes
     run = store.open_run({"threads": 1}, "smoke", run_id="20261207T000000Z-1-0001")
     for record in planted_records():
         run.append({**record, "run_id": "20261207T000000Z-1-0001", "env": {"threads": 1}})
@@ -538,7 +549,8 @@ def test_a_session_fits_the_stored_runs_at_the_ranks_thread_count_once(planted_r
     assert again._refit_for_ranks(1)
     fit, _ = load_latest_fit(store, threads=1)
     assert fit is not None and ("linear", "forward") in fit.predictors
-    assert list(fit.data_runs) == ["20261207T000000Z-1-0001"]
+    assert list(fit.data_runs) == ["20261206T000000Z-1-0001", "20261207T000000Z-1-0001"]
+    assert ("all_reduce", "forward") in fit.predictors  # the collectives join the ranks' fit
     (note,) = [n for n in again.notes if "fitted the stored 1-thread runs" in n]
-    assert fit.path is not None and note.endswith(f"(1) as predictors/{fit.path.name}")
+    assert fit.path is not None and note.endswith(f"(2) as predictors/{fit.path.name}")
     assert not again._refit_for_ranks(1)  # once per session
