@@ -485,8 +485,8 @@ class Session:
         sweep at that count was never run here: no runs, or only collectives')."""
         import shutil
 
+        from perfmodel.e2e.ranks import predictor_kinds
         from perfmodel.fit.fitting import refit
-        from perfmodel.ops import get_op
 
         if threads in self._refitted_for_ranks:
             return False  # fitted once in this session already
@@ -495,7 +495,7 @@ class Session:
             fit, folder, _ = refit(self.store, threads=threads)
         except ValueError:
             return False
-        if all(get_op(op).family == "collective" for op, _ in fit.predictors):
+        if not predictor_kinds(fit)[0]:
             shutil.rmtree(folder)  # only collectives stored at that count: the sweep is
             return False           # missing, and each session would save the same fit
         self.notes.append(f"no usable {threads}-thread fit was stored for the multi-rank "

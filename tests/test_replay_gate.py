@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -97,11 +98,7 @@ def _save_linear_fit(root, key: str, flops_per_s: float) -> None:
     from perfmodel.store.results import ResultStore
     from tests.helpers import planted_spec
 
-    fit = paths.fit_dir(paths.device_dir(root, key), "planted")
-    if fit.is_dir():
-        for member in fit.iterdir():
-            member.unlink()
-        fit.rmdir()
+    shutil.rmtree(paths.fit_dir(paths.device_dir(root, key), "planted"), ignore_errors=True)
     save_fit(fit_predictors(_linear_records(flops_per_s), planted_spec(root, key)),
              ResultStore(root, key), "planted", ["planted"])
 

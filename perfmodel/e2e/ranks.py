@@ -114,13 +114,21 @@ def missing_fit_message(store_dir: Path, threads: int, profile: str = "quick",
             f"microbench --perfmodel-profile {profile} --perfmodel-threads {threads}` first")
 
 
+def predictor_kinds(fit) -> tuple[bool, bool]:
+    """Whether ``fit`` holds (any per-op predictor, any collective predictor): the
+    ranks need both."""
+    from perfmodel.ops import get_op
+
+    collective = [get_op(op).family == "collective" for op, _ in fit.predictors]
+    return not all(collective), any(collective)
+
+
 def require_fit(store, threads: int, profile: str = "quick"):
     """The newest fit of ``store`` (a :class:`~perfmodel.store.results.ResultStore`)
     measured at ``threads`` torch threads; :class:`MultirankError` when there is
     none, it has no per-op (non-collective) predictor or no collective one, or
     some are stale."""
     from perfmodel.fit.fitting import load_latest_fit, refit_command
-    from perfmodel.ops import get_op
 
     fit, _ = load_latest_fit(store, threads=threads)
     if fit is None:
@@ -130,10 +138,11 @@ def require_fit(store, threads: int, profile: str = "quick"):
         raise MultirankError(missing_fit_message(
             store.dir, threads, profile, f"stale predictors, fitted before their ops or the "
             f"predictor kinds changed ({names})"))
-    if all(get_op(op).family == "collective" for op, _ in fit.predictors):
+    per_op, collective = predictor_kinds(fit)
+    if not per_op:
         raise MultirankError(missing_fit_message(store.dir, threads, profile,
                                                  "only collective predictors in the fit"))
-    if not any(get_op(op).family == "collective" for op, _ in fit.predictors):
+    if not collective:
         raise MultirankError(
             f"no collective predictor in the {threads}-thread fit under {store.dir}: run "
             f"`pytest suites/test_collective.py -m 'microbench and collective' --perfmodel-profile "
