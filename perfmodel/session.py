@@ -258,24 +258,25 @@ class Session:
             self._fit = None
             return []
         try:
-            measurements = benchmark_case(case, self.device, self.torch_device,
-                                          self.timer_settings, MAX_CALL_S[self.options.profile],
-                                          replicates_for(case, self.options.profile))
+            timings = benchmark_case(case, self.device, self.torch_device,
+                                     self.timer_settings, MAX_CALL_S[self.options.profile],
+                                     replicates_for(case, self.options.profile))
         except CaseUnsupported as exc:
             raise Unavailable(str(exc)) from None
         speed = self.host_speed()
-        for replicate, m in enumerate(measurements):
+        for replicate, timing in enumerate(timings):
+            m = timing.measurement
             self.measured += 1
             if m.wide_spread:
                 self.wide_spread.append(f"{case.id} (replicate {replicate})")
-            record = measurement_record(case, m, replicate, self.env)
+            record = measurement_record(case, m, replicate, self.env, timing.warm)
             if speed is not None:
                 record["host_speed"] = speed
             if self.device.kind == "cpu":
                 record["timed_beside"] = self.timed_beside
             self.append_record(record)
         self._fit = None  # new data: refit before the next accuracy or e2e step
-        return measurements
+        return [t.measurement for t in timings]
 
     def host_speed(self) -> dict | None:
         """On a CPU, the host's speed (:class:`~perfmodel.measure.drift.HostSpeed`, as

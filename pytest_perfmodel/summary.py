@@ -6,6 +6,7 @@ import math
 import textwrap
 
 from perfmodel.measure.timer import WIDE_SPREAD_REL_IQR
+from perfmodel.ops.base import base_direction
 from perfmodel.ops.collective import HOST_CPU, LOADED
 from perfmodel.session import Session
 from perfmodel.simulate.predict import furthest_beyond
@@ -16,6 +17,13 @@ WIDTH = 100
 
 
 _SHORT = {"forward": "fwd", "backward": "bwd", HOST_CPU: "cpu", LOADED: "load"}
+
+
+def _short_direction(direction: str) -> str:
+    """``forward`` -> ``fwd``; a warm timing's ``backward_warm`` -> ``bwd.warm``."""
+    base = base_direction(direction)
+    short = _SHORT.get(base, base)
+    return short if base == direction else f"{short}.warm"
 
 
 #: The gate's verdict statuses as the E2E table shows them.
@@ -37,7 +45,7 @@ def _short(node_name: str) -> str:
 def _short_op(key: str) -> str:
     """``linear.forward`` -> ``linear.fwd``."""
     op, _, direction = key.rpartition(".")
-    return f"{op}.{_SHORT.get(direction, direction)}"
+    return f"{op}.{_short_direction(direction)}"
 
 
 def _ms(seconds: float) -> str:
@@ -52,7 +60,7 @@ def summary_lines(pm: Session, quiet: bool = False) -> list[str]:
                      [:100])
         lines.append(f"results {pm.store.dir}")
     if pm.accuracy and not quiet:
-        names = [f"{acc.op}.{_SHORT[acc.direction]}" for acc in pm.accuracy]
+        names = [f"{acc.op}.{_short_direction(acc.direction)}" for acc in pm.accuracy]
         width = max(len("op.dir"), *map(len, names)) + 1
         lines.append("")
         lines.append(f"{'op.dir':<{width}}{'GMAE':>7}{'extrap':>8}{'MAPE':>7}{'max':>8}"

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from perfmodel.measure.bench import (CaseUnsupported, TimerSettings, benchmark_case, estimated_call_s,
                              measurement_record, unsupported_reason)
 from perfmodel.measure.timer import Measurement
-from perfmodel.ops import OpCase
-from tests.helpers import SPEC
+from perfmodel.ops import OpCase, get_op
+from tests.helpers import SPEC, cpu_spec
 
 TINY = OpCase("addmm", "forward", "float32", (("M", 8), ("N", 8), ("K", 8)))
 HUGE = OpCase("addmm", "forward", "bfloat16", (("M", 4096), ("N", 4096), ("K", 4096)))
@@ -17,13 +17,40 @@ HUGE = OpCase("addmm", "forward", "bfloat16", (("M", 4096), ("N", 4096), ("K", 4
 
 def test_two_independent_replicates_and_their_records():
     settings = TimerSettings(budget_s=0.01, warmup_s=0.001)
-    measurements = benchmark_case(TINY, SPEC, "cpu", settings, max_call_s=1.0)
-    assert len(measurements) == 2
-    records = [measurement_record(TINY, m, i, {"device_key": SPEC.key})
-               for i, m in enumerate(measurements)]
+    timings = benchmark_case(TINY, SPEC, "cpu", settings, max_call_s=1.0)
+    assert len(timings) == 2
+    assert all(t.warm is None for t in timings)  # an op timed hot has no warm timing
+    records = [measurement_record(TINY, t.measurement, i, {"device_key": SPEC.key})
+               for i, t in enumerate(timings)]
     assert [r["replicate"] for r in records] == [0, 1]
     assert records[0]["config"] == {"M": 8, "N": 8, "K": 8}
     assert records[0]["measurement"]["median_s"] > 0
+    assert "warm" not in records[0]
+
+
+COLD = OpCase("sgd_foreach", "forward", "float32", (("NTENSORS", 2), ("NUMEL", 64)))
+
+
+def test_a_cold_cache_op_is_timed_cold_and_warm_on_a_cpu():
+    settings = TimerSettings(budget_s=0.01, warmup_s=0.001)
+    spec = cpu_spec(l2_bytes=64 << 10, llc_bytes=2 << 20)  # small flushes: a fast test
+    timings = benchmark_case(COLD, spec, "cpu", settings, replicates=1)
+    (timing,) = timings
+    assert timing.measurement.cache == "cold" and timing.warm.cache == "warm"
+    record = measurement_record(COLD, timing.measurement, 0, {}, timing.warm)
+    assert record["warm"]["cache"] == "warm" and record["warm"]["median_s"] > 0
+    assert json.loads(json.dumps(record)) == record
+
+
+def test_no_warm_timing_without_a_cache_level_between_l2_and_llc():
+    op = get_op(COLD.op)
+    assert op.cpu_warm_flush_bytes(1 << 20, 32 << 20, 2) == 4 << 20
+    assert op.cpu_warm_flush_bytes(1 << 20, 8 << 20, 2) == 0  # would flush half of it
+    assert op.cpu_warm_flush_bytes(0, 32 << 20, 2) == 0
+    assert get_op("addmm").cpu_warm_flush_bytes(1 << 20, 32 << 20, 2) == 0
+    settings = TimerSettings(budget_s=0.01, warmup_s=0.001)
+    spec = cpu_spec(l2_bytes=1 << 20, llc_bytes=1 << 20)
+    assert benchmark_case(COLD, spec, "cpu", settings, replicates=1)[0].warm is None
 
 
 def test_case_too_slow_for_the_profile_is_skipped_with_the_estimate():

@@ -138,7 +138,7 @@ def test_measurement_json_roundtrip():
         ("iqr_s", -1.0),
         ("stop_reason", "timeout"),
         ("timer", "wall"),
-        ("cache", "warm"),
+        ("cache", "tepid"),
         ("threads", 0),
         ("samples_s", [1.0, 2.0]),  # n is 5
         ("samples_s", "1,2,3"),

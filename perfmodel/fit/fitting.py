@@ -29,7 +29,7 @@ from perfmodel.device.spec import DeviceSpec
 from perfmodel.measure.drift import HostSpeed
 from perfmodel.fit.metrics import gmae, mape, max_abs_rel_error, noise_floor
 from perfmodel.ops import OpDef, get_op
-from perfmodel.ops.base import DTYPE_BYTES
+from perfmodel.ops.base import DTYPE_BYTES, base_direction, warm_direction
 from perfmodel.ops.collective import HOST_CPU, LOADED
 from perfmodel.fit.comm_model import CommRegressor, comm_features
 from perfmodel.fit.predictors import (EfficiencyRegressor, EmbeddingLookupRegressor,
@@ -92,8 +92,11 @@ def features(kind: str, op: OpDef, direction: str, dtype: str,
     added to the op after a fit, :attr:`OpDef.added_params`), its extra
     features, FLOPs, bytes and bytes per element.
     ``efficiency``: the roofline columns followed by the shape columns.
+    A warm pseudo-direction (:data:`~perfmodel.ops.base.WARM_SUFFIX`) has its
+    training direction's features.
     """
     params = op.complete_config(params)
+    direction = base_direction(direction)
     flops = op.flops(params, direction)
     moved = op.bytes_moved(params, dtype, direction)
     if kind == "roofline":
@@ -123,7 +126,8 @@ def candidate_kinds(op: OpDef, direction: str) -> tuple[str, ...]:
     if op.family == "collective":  # latency/bandwidth curves per world size
         return COMM_KINDS
     generic = ("roofline", "shape", "efficiency")
-    return generic + (("embedding_analytic",) if op.analytic_model(direction) else ())
+    analytic = op.analytic_model(base_direction(direction))
+    return generic + (("embedding_analytic",) if analytic else ())
 
 
 def make_predictor(kind: str, device: DeviceSpec, op: OpDef | None = None,
@@ -139,8 +143,9 @@ def make_predictor(kind: str, device: DeviceSpec, op: OpDef | None = None,
         return EfficiencyRegressor(peaks=peaks, n_work=len(peaks))
     if kind in COMM_KINDS:
         return CommRegressor(curve=kind.removeprefix("comm_"))
-    if kind == "embedding_analytic" and op is not None and op.analytic_model(direction):
-        return EmbeddingLookupRegressor(kind=op.analytic_model(direction), spec=device)
+    analytic = op.analytic_model(base_direction(direction)) if op is not None else None
+    if kind == "embedding_analytic" and analytic:
+        return EmbeddingLookupRegressor(kind=analytic, spec=device)
     raise ValueError(f"unknown predictor kind {kind!r}: expected one of {PREDICTOR_KINDS}")
 
 
@@ -200,7 +205,7 @@ class OpAccuracy:
         predictor extrapolates. None when the fit did not record its range."""
         if self.largest_flops is None or self.largest_bytes is None:
             return None
-        flops, moved = get_op(self.op).size(params, dtype, self.direction)
+        flops, moved = get_op(self.op).size(params, dtype, base_direction(self.direction))
         return max(flops / self.largest_flops if self.largest_flops > 0 else 0.0,
                    moved / self.largest_bytes if self.largest_bytes > 0 else 0.0)
 
@@ -230,6 +235,11 @@ class FitReport:
     path: Path | None = None
     #: the device key its index names (None: not loaded, or not recorded)
     device_key: str | None = None
+    #: the last-level cache (bytes) of the CPU it predicts, which decides how
+    #: much of a cold-cache op's data a step finds there
+    #: (:func:`perfmodel.simulate.predict.llc_share`; None: not a CPU fit, or
+    #: one saved before it was recorded: such an op is priced cold)
+    llc_bytes: int | None = None
 
     @property
     def data_id(self) -> str:
@@ -249,7 +259,9 @@ def samples_from_records(records: Iterable[dict]) -> dict[tuple[str, str], list[
     """Group measurement records by (op, direction). A collective's record with
     ``rank_cpu_s`` (process CPU seconds per call of each rank) also gives a
     sample of ``(op, HOST_CPU)``: the mean over ranks; one with ``loaded_s``
-    (its time under compute load) a sample of ``(op, LOADED)``."""
+    (its time under compute load) a sample of ``(op, LOADED)``. A cold-cache op's
+    record with a ``warm`` timing also gives a sample of its warm direction
+    (:func:`~perfmodel.ops.base.warm_direction`)."""
     from perfmodel.ops import OPS
 
     grouped: dict[tuple[str, str], list[Sample]] = {}
@@ -264,6 +276,12 @@ def samples_from_records(records: Iterable[dict]) -> dict[tuple[str, str], list[
             Sample(r["dtype"], params, float(r["measurement"]["median_s"]), run_id, replicate,
                    None if speed is None else HostSpeed.from_dict(speed, f"run {run_id}"),
                    r.get("timed_beside")))
+        warm = r.get("warm")
+        if isinstance(warm, dict) and is_seconds(warm.get("median_s")):
+            grouped.setdefault((r["op"], warm_direction(r["direction"])), []).append(
+                Sample(r["dtype"], params, float(warm["median_s"]), run_id, replicate,
+                       None if speed is None else HostSpeed.from_dict(speed, f"run {run_id}"),
+                       r.get("timed_beside")))
         if not (r["op"] in OPS and OPS[r["op"]].family == "collective"):
             continue
         cpu, loaded = r.get("rank_cpu_s"), r.get("loaded_s")
@@ -406,7 +424,7 @@ def fit_op(op_name: str, direction: str, samples: list[Sample], device: DeviceSp
         return [s for s in samples if s.config_key in chosen_keys]
 
     folds = random_folds(keys)
-    size = {k: op.flops(dict(k[1]), direction) for k in keys}
+    size = {k: op.flops(dict(k[1]), base_direction(direction)) for k in keys}
     ex_train_keys, ex_test_keys = extrapolation_split(keys, size.__getitem__)
     candidates: dict[str, dict[str, float]] = {}
     kinds = list(kinds or candidate_kinds(op, direction))
@@ -426,7 +444,7 @@ def fit_op(op_name: str, direction: str, samples: list[Sample], device: DeviceSp
     final = _fit(chosen, op, direction, device, samples)
     floor, n_pairs = measured_noise_floor(samples)
     best = candidates[chosen]
-    sizes = [op.size(dict(s.params), s.dtype, direction) for s in samples]
+    sizes = [op.size(dict(s.params), s.dtype, base_direction(direction)) for s in samples]
     accuracy = OpAccuracy(op_name, direction, len(keys), len(samples), chosen, reason,
                           best["gmae"], best["mape"], best["max_error"],
                           best["gmae_extrapolation"], floor, n_pairs, candidates,
@@ -482,7 +500,9 @@ def fit_predictors(records: Iterable[dict], device: DeviceSpec,
     :func:`fit_workers`); each fit is deterministic, so the result is the same
     for any number of them.
     """
-    report = FitReport(threads=device.threads if device.kind == "cpu" else None)
+    on_cpu = device.kind == "cpu"
+    report = FitReport(threads=device.threads if on_cpu else None,
+                       llc_bytes=device.llc_bytes if on_cpu and device.llc_bytes else None)
     grouped = samples_from_records(r for r in records
                                    if _same_host_setup(r, device, allocator))
     wanted = set(only) if only is not None else set(grouped)
@@ -591,6 +611,7 @@ def save_fit(report: FitReport, store: ResultStore, run_id: str,
                                               "device_key": store.device_key,
                                               "data_runs": sorted(data_runs),
                                               "threads": report.threads,
+                                              "llc_bytes": report.llc_bytes,
                                               "host_speed": None if report.host_speed is None
                                               else report.host_speed.to_dict(),
                                               "entries": entries})
@@ -613,12 +634,16 @@ def load_fit(folder: Path) -> FitReport:
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool)
                                 or threads < 1):
         raise ValueError(f"{index_path}: 'threads' must be null or an int >= 1, got {threads!r}")
+    llc = index.get("llc_bytes")
+    if llc is not None and (not isinstance(llc, int) or isinstance(llc, bool) or llc < 1):
+        raise ValueError(f"{index_path}: 'llc_bytes' must be null or an int >= 1, got {llc!r}")
     speed = index.get("host_speed")
     key = index.get("device_key")
     report = FitReport(data_runs=tuple(runs), threads=threads,
                        host_speed=None if speed is None else HostSpeed.from_dict(
                            speed, f"{index_path}: 'host_speed'"),
-                       path=Path(folder), device_key=key if isinstance(key, str) else None)
+                       path=Path(folder), device_key=key if isinstance(key, str) else None,
+                       llc_bytes=llc)
     entries = index.get("entries", [])
     if not isinstance(entries, list):
         raise ValueError(f"{index_path}: 'entries' must be a list of predictor entries")

@@ -30,6 +30,7 @@ import numpy as np
 from perfmodel.device.spec import DeviceSpec
 from perfmodel.fit.fitting import FitReport, OpPredictor
 from perfmodel.ops import get_op
+from perfmodel.ops.base import base_direction
 
 #: Directions whose predictors are never moved between devices.
 KEPT_DIRECTIONS = ("host_cpu",)
@@ -69,7 +70,8 @@ class TransferredPredictor(OpPredictor):
         op = get_op(self.op)
         out = np.array(base, dtype=float)
         for i, params in enumerate(params_list):
-            flops, moved = op.size(op.complete_config(params), dtype, self.direction)
+            flops, moved = op.size(op.complete_config(params), dtype,
+                                   base_direction(self.direction))
             out[i] = moved_time(float(out[i]), bound_s(flops, moved, dtype, self.source),
                                 bound_s(flops, moved, dtype, self.target))
         return out
@@ -94,4 +96,5 @@ def transfer_fit(fit: FitReport, source: DeviceSpec, target: DeviceSpec) -> FitR
         key: (TransferredPredictor(p.op, p.direction, p.kind, p.estimator, p.without,
                                    source=source, target=target) if movable(p) else p)
         for key, p in fit.predictors.items()}
-    return replace(fit, predictors=predictors)
+    return replace(fit, predictors=predictors,
+                   llc_bytes=target.llc_bytes if fit.llc_bytes is not None else None)

@@ -293,7 +293,9 @@ class FitChoice:
 
 def needed_keys(cases: Iterable[Any]) -> set[tuple[str, str]]:
     """The (op, direction) predictors that replaying ``cases`` asks a fit for: each
-    op task's, and each collective's time, host CPU and loaded predictors."""
+    op task's (and on a CPU a cold-cache op's warm one), and each collective's time, host CPU and loaded predictors."""
+    from perfmodel.ops import OPS
+    from perfmodel.ops.base import warm_direction
     from perfmodel.ops.collective import HOST_CPU, LOADED
 
     keys: set[tuple[str, str]] = set()
@@ -304,6 +306,8 @@ def needed_keys(cases: Iterable[Any]) -> set[tuple[str, str]]:
                     continue
                 if task.kind == "op":
                     keys.add((task.op, task.direction))
+                    if task.op in OPS and OPS[task.op].cold_on_cpu and not case.on_device:
+                        keys.add((task.op, warm_direction(task.direction)))
                 elif task.kind == "collective":
                     keys |= {(task.op, "forward"), (task.op, HOST_CPU), (task.op, LOADED)}
     return keys

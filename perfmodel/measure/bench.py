@@ -94,9 +94,19 @@ def estimated_call_s(case: OpCase, spec: DeviceSpec) -> float:
                op.bytes_moved(case.params, case.dtype, case.direction) / spec.mem_bandwidth_Bps)
 
 
+@dataclass(frozen=True)
+class CaseTiming:
+    """One replicate of a case: its measurement and, for a cold-cache op on a CPU
+    whose caches allow it, its warm one (:meth:`~perfmodel.ops.base.OpDef.cpu_warm_flush_bytes`),
+    timed right after it."""
+
+    measurement: Measurement
+    warm: Measurement | None = None
+
+
 def benchmark_case(case: OpCase, spec: DeviceSpec, device: str, settings: TimerSettings,
                    max_call_s: float | None = None,
-                   replicates: int = REPLICATES) -> list[Measurement]:
+                   replicates: int = REPLICATES) -> list[CaseTiming]:
     """Measure ``case`` ``replicates`` times on ``device`` (``"cpu"``, ``"cuda:0"``).
 
     Raises :class:`CaseUnsupported` when the device cannot run it, or when its
@@ -124,14 +134,26 @@ def benchmark_case(case: OpCase, spec: DeviceSpec, device: str, settings: TimerS
 
 
 def _measure(op, case: OpCase, spec: DeviceSpec, device: str, settings: TimerSettings,
-             replicates: int) -> list[Measurement]:
+             replicates: int) -> list[CaseTiming]:
     runner = op.make_runner(case.params, case.dtype, case.direction, device)
-    timer = Timer(runner, device=device, target_rel_ci=settings.target_rel_ci,
-                  budget_s=settings.budget_s, warmup_s=settings.warmup_s,
-                  min_samples=settings.min_samples,
-                  flush_l2_bytes=spec.l2_bytes if settings.cold_cache and spec.kind == "cuda" else 0,
-                  flush_cpu_bytes=op.cpu_flush_bytes(spec.llc_bytes) if spec.kind == "cpu" else 0)
-    return [timer.measure() for _ in range(replicates)]
+    on_cpu = spec.kind == "cpu"
+
+    def timer(flush_cpu_bytes: int, state: str = "cold", warmup_s: float = settings.warmup_s,
+              min_warmup: int = 2) -> Timer:
+        return Timer(runner, device=device, target_rel_ci=settings.target_rel_ci,
+                     budget_s=settings.budget_s, warmup_s=warmup_s, min_warmup=min_warmup,
+                     min_samples=settings.min_samples,
+                     flush_l2_bytes=spec.l2_bytes if settings.cold_cache and not on_cpu else 0,
+                     flush_cpu_bytes=flush_cpu_bytes, flush_cpu_state=state)
+
+    cold = timer(op.cpu_flush_bytes(spec.llc_bytes) if on_cpu else 0)
+    warm_bytes = op.cpu_warm_flush_bytes(spec.l2_bytes, spec.llc_bytes, spec.compute_units) \
+        if on_cpu and cold.flush_cpu_bytes else 0
+    # timed right after the cold timing, which warmed the runner up: one call of
+    # warm-up, as every warm sample times one call anyway
+    warm = timer(warm_bytes, "warm", warmup_s=0.0, min_warmup=1) if warm_bytes else None
+    return [CaseTiming(cold.measure(), warm.measure() if warm is not None else None)
+            for _ in range(replicates)]
 
 
 def unsupported_reason(exc: BaseException) -> str | None:
@@ -148,10 +170,15 @@ def unsupported_reason(exc: BaseException) -> str | None:
     return None
 
 
-def measurement_record(case: OpCase, measurement: Measurement, replicate: int, env: dict) -> dict:
+def measurement_record(case: OpCase, measurement: Measurement, replicate: int, env: dict,
+                       warm: Measurement | None = None) -> dict:
     """The store record of one measurement of ``case``, in the compact form of
-    :meth:`~perfmodel.measure.timer.Measurement.to_stored`."""
+    :meth:`~perfmodel.measure.timer.Measurement.to_stored`; with ``warm``, the
+    case's warm timing under ``"warm"`` in the same form."""
     stored = measurement.to_stored()
-    return {"kind": "measurement", "op": case.op, "direction": case.direction,
-            "dtype": case.dtype, "config": case.params, "replicate": replicate,
-            "measurement": stored, "env": env}
+    record = {"kind": "measurement", "op": case.op, "direction": case.direction,
+              "dtype": case.dtype, "config": case.params, "replicate": replicate,
+              "measurement": stored, "env": env}
+    if warm is not None:
+        record["warm"] = warm.to_stored()
+    return record

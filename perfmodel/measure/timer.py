@@ -28,7 +28,7 @@ STOP_REASONS = ("ci", "budget", "max_samples")
 #: the hold); ``cuda_event_queued``: events around calls queued behind a device hold
 #: (see :class:`Timer`), so they time the device's work, not the launches.
 TIMERS = ("perf_counter", "cuda_event", "cuda_event_queued")
-CACHE_STATES = ("hot", "cold")
+CACHE_STATES = ("hot", "cold", "warm")
 
 _NS_PER_S = 1e9
 _MS_PER_S = 1e3
@@ -406,7 +406,8 @@ class Timer:
     (CUDA only) a buffer of twice that size is zeroed before each sample, outside the
     timed region, each sample times a single call, and the result is marked "cold".
     `flush_cpu_bytes > 0` (CPU only) does the same with a host buffer of that size,
-    evicting the last-level cache.
+    evicting the last-level cache; with `flush_cpu_state="warm"` the buffer is meant
+    to evict only the cores' private caches, and the result is marked "warm".
 
     On CUDA a hot block is queued behind a device-side wait (``torch.cuda._sleep``)
     at least :data:`HOLD_FACTOR` times as long as the host took to issue the previous
@@ -430,6 +431,7 @@ class Timer:
         device: str = "cpu",
         flush_l2_bytes: int = 0,
         flush_cpu_bytes: int = 0,
+        flush_cpu_state: str = "cold",
         clock_ns: Callable[[], int] = time.perf_counter_ns,
     ):
         if not callable(fn):
@@ -452,6 +454,8 @@ class Timer:
             raise ValueError(f"flush_l2_bytes must be an int >= 0, got {flush_l2_bytes!r}")
         if not (_is_int(flush_cpu_bytes) and flush_cpu_bytes >= 0):
             raise ValueError(f"flush_cpu_bytes must be an int >= 0, got {flush_cpu_bytes!r}")
+        if flush_cpu_state not in ("cold", "warm"):
+            raise ValueError(f"flush_cpu_state must be 'cold' or 'warm', got {flush_cpu_state!r}")
         self.cuda_index = _parse_timer_device(device)
         if self.cuda_index is None and flush_l2_bytes:
             raise ValueError("flush_l2_bytes applies to CUDA devices only")
@@ -468,6 +472,7 @@ class Timer:
         self.device = device
         self.flush_l2_bytes = flush_l2_bytes
         self.flush_cpu_bytes = flush_cpu_bytes
+        self.flush_cpu_state = flush_cpu_state
         self.clock_ns = clock_ns
 
     def measure(self) -> Measurement:
@@ -513,7 +518,7 @@ class Timer:
         torch = _torch()
         flush = None
         if self.flush_cpu_bytes:
-            flush_buffer = torch.empty(self.flush_cpu_bytes, dtype=torch.uint8)
+            flush_buffer = cpu_flush_buffer(self.flush_cpu_bytes)
 
             def flush() -> None:
                 flush_buffer.fill_(int(flush_buffer[0]) ^ 1)  # written, not just read
@@ -521,7 +526,7 @@ class Timer:
         cold = bool(self.flush_cpu_bytes)
         return self._run(
             time_block, before_sample=flush, force_single=cold, timer="perf_counter",
-            cache="cold" if cold else "hot", threads=torch.get_num_threads()
+            cache=self.flush_cpu_state if cold else "hot", threads=torch.get_num_threads()
         )
 
     def _measure_cuda(self) -> Measurement:
@@ -564,6 +569,27 @@ class Timer:
                 cache="cold" if cold else "hot",
                 threads=None,
             )
+
+
+#: Host flush buffers by size (:func:`cpu_flush_buffer`): at most this many are kept.
+MAX_FLUSH_BUFFERS = 2
+_flush_buffers: dict[tuple[int, int], Any] = {}
+
+
+def cpu_flush_buffer(nbytes: int):
+    """A host buffer of ``nbytes`` bytes for evicting caches, reused by every timer
+    that asks for that size: allocating and first touching twice a large
+    last-level cache costs about three refills of it, once per measurement
+    otherwise. Keeps the :data:`MAX_FLUSH_BUFFERS` sizes asked for last."""
+    torch = _torch()
+    key = (id(torch), nbytes)
+    buffer = _flush_buffers.pop(key, None)
+    if buffer is None:
+        buffer = torch.empty(nbytes, dtype=torch.uint8)
+    _flush_buffers[key] = buffer  # newest last
+    while len(_flush_buffers) > MAX_FLUSH_BUFFERS:
+        del _flush_buffers[next(iter(_flush_buffers))]
+    return buffer
 
 
 def _device_hold(torch, index: int) -> Callable[[float], None] | None:

@@ -22,6 +22,24 @@ from typing import Any, Callable, Mapping, Sequence
 PROFILES = ("smoke", "quick", "gpu", "full")
 DIRECTIONS = ("forward", "backward")
 
+#: Suffix of the pseudo-direction under which a cold-cache op's *warm* CPU timing
+#: is fitted (``"backward_warm"``): the call with its data evicted from the cores'
+#: private caches but still in the last-level cache, as in a training step that
+#: moves less data between two uses than that cache holds (see
+#: :meth:`OpDef.cpu_warm_flush_bytes` and :func:`perfmodel.simulate.predict.llc_share`).
+WARM_SUFFIX = "_warm"
+
+
+def warm_direction(direction: str) -> str:
+    """The pseudo-direction of ``direction``'s warm timing (:data:`WARM_SUFFIX`)."""
+    return direction + WARM_SUFFIX
+
+
+def base_direction(direction: str) -> str:
+    """The training direction of a (possibly warm) direction: what an op's FLOPs,
+    bytes and features are computed for."""
+    return direction.removesuffix(WARM_SUFFIX)
+
 #: The profile whose configs also hold the op calls that the built-in workloads
 #: make at full size (:mod:`perfmodel.ops.workload_calls`; see :meth:`OpDef.configs`).
 WORKLOAD_CALLS_PROFILE = "gpu"
@@ -99,7 +117,10 @@ class OpDef:
     @property
     def predicted(self) -> tuple[str, ...]:
         """The directions a fit predicts and ``pytest -m accuracy`` scores: the
-        training directions, and what a family fits beside them."""
+        training directions, and what a family fits beside them (a cold-cache
+        op's warm timings, :data:`WARM_SUFFIX`, measured on CPUs only)."""
+        if self.cold_on_cpu:
+            return (*self.directions, *(warm_direction(d) for d in self.directions))
         return self.directions
 
     def cpu_flush_bytes(self, llc_bytes: int) -> int:
@@ -107,6 +128,18 @@ class OpDef:
         last-level cache holds ``llc_bytes`` (0: the op is timed hot, as it is
         wherever the cache size is unknown)."""
         return 2 * llc_bytes if self.cold_on_cpu and llc_bytes else 0
+
+    def cpu_warm_flush_bytes(self, l2_bytes: int, llc_bytes: int, cores: int) -> int:
+        """Bytes the *warm* CPU timing of a cold-cache op writes before each
+        sample: twice the private L2 of each of ``cores`` cores, which evicts the
+        op's data from the cores' caches and leaves most of it in a last-level
+        cache of ``llc_bytes``. 0 (no warm timing) for an op timed hot, where a
+        cache size is unknown, and where that flush would not leave three
+        quarters of the last-level cache alone (no cache level between the two)."""
+        if not (self.cold_on_cpu and l2_bytes and llc_bytes):
+            return 0
+        flush = 2 * l2_bytes * max(1, int(cores))
+        return flush if 4 * flush <= llc_bytes else 0
 
     def complete_config(self, config: Mapping[str, int]) -> dict[str, int]:
         """A stored record's ``config`` with :attr:`param_defaults` filled in."""

@@ -1,7 +1,9 @@
 """Predict an iteration from its task graph: op predictors + overhead table + simulator.
 
 Op predictions are made in one batched call per (op, direction, dtype), not
-one per node. On a CPU device an op task's host time is its predicted time;
+one per node. A cold-cache op (:attr:`~perfmodel.ops.base.OpDef.cold_on_cpu`)
+fitted both cold and warm on a CPU is priced between the two by the share of
+its data the step leaves in the last-level cache (:func:`llc_share`). On a CPU device an op task's host time is its predicted time;
 on CUDA the prediction is device time, split over the op's kernels in the
 proportions the trace measured, and the host time of the op is its launch
 overheads (T2.launch + n·T4 + (n-1)·T5 + T3.launch).
@@ -16,6 +18,7 @@ from perfmodel.fit.generic import GenericModel, generic_model
 from perfmodel.trace.graph import Graph, Task
 from perfmodel.trace.categories import host_only
 from perfmodel.ops import OPS
+from perfmodel.ops.base import warm_direction
 from perfmodel.simulate.result import Coverage, IterationPrediction, traced_seconds
 from perfmodel.simulate.result import furthest_beyond  # noqa: F401  (its old home)
 from perfmodel.simulate.walk import COMM_STREAM, SimResult, SimTask, simulate
@@ -29,28 +32,81 @@ if TYPE_CHECKING:  # type hints only: the plugin imports parse_bias at start-up
 Prediction = IterationPrediction
 
 
-def op_predictions(tasks: list[Task], fit) -> tuple[list[float | None], dict[str, int]]:
+def step_bytes(tasks: list[Task]) -> float:
+    """Bytes one iteration of ``tasks`` moves: each op task's bytes moved by its
+    op's definition, each other task's bytes read from its trace node."""
+    total = 0.0
+    for task in tasks:
+        op = OPS.get(task.op) if task.kind == "op" and task.op else None
+        moved = None
+        if op is not None and task.params is not None:
+            try:
+                moved = op.size(op.complete_config(task.params), task.dtype, task.direction)[1]
+            except (KeyError, ValueError, TypeError):  # params the op cannot size
+                moved = None
+        total += moved if moved is not None else (task.bytes or 0.0)
+    return total
+
+
+def llc_share(llc_bytes: int | None, moved_bytes: float) -> float:
+    """Share of a cold-cache op's data that a step moving ``moved_bytes`` between
+    two uses of it still finds in a last-level cache of ``llc_bytes``: all of it
+    when the step moves no more than the cache holds, else ``llc / moved``, the
+    hit rate of a least-recently-used cache under accesses spread evenly over
+    that many bytes. 0 (priced cold) when the cache size is unknown."""
+    if not llc_bytes or llc_bytes <= 0:
+        return 0.0
+    return 1.0 if moved_bytes <= llc_bytes else llc_bytes / moved_bytes
+
+
+def op_predictions(tasks: list[Task], fit, moved_bytes: float | None = None
+                   ) -> tuple[list[float | None], dict[str, int]]:
     """Predicted seconds per task (None where no fitted predictor exists), in one
     batched predictor call per (op, direction, dtype), calls below the op's
     measured sizes priced by :func:`below_measured`; and
-    the count of op tasks per ``op.direction`` that had no predictor."""
+    the count of op tasks per ``op.direction`` that had no predictor.
+
+    A cold-cache op with a warm predictor in ``fit`` and a fit that records its
+    CPU's last-level cache (``fit.llc_bytes``) is priced ``s * warm + (1 - s) *
+    cold``, ``s`` the :func:`llc_share` of a step moving ``moved_bytes`` (None:
+    :func:`step_bytes` of ``tasks``; ranks sharing a host pass all of theirs)."""
     out: list[float | None] = [None] * len(tasks)
     groups: dict[tuple[str, str, str], list[int]] = {}
     for i, task in enumerate(tasks):
         if task.kind == "op":
             groups.setdefault((task.op, task.direction, task.dtype), []).append(i)
     missing: dict[str, int] = {}
+    llc = getattr(fit, "llc_bytes", None)
+    share = None
     for (op, direction, dtype), indices in groups.items():
         try:
             predictor = fit.predictor(op, direction)
         except LookupError:
             missing[f"{op}.{direction}"] = missing.get(f"{op}.{direction}", 0) + len(indices)
             continue
-        values = below_measured(OPS.get(op), direction, dtype, predictor,
-                                [tasks[i].params for i in indices])
+        definition = OPS.get(op)
+        params = [tasks[i].params for i in indices]
+        values = below_measured(definition, direction, dtype, predictor, params)
+        warm = _warm_predictor(fit, definition, op, direction) if llc else None
+        if warm is not None:
+            if share is None:
+                share = llc_share(llc, step_bytes(tasks) if moved_bytes is None else moved_bytes)
+            if share > 0:
+                warm_values = below_measured(definition, direction, dtype, warm, params)
+                values = [share * w + (1.0 - share) * c for w, c in zip(warm_values, values)]
         for i, value in zip(indices, values):
             out[i] = max(0.0, float(value))
     return out, missing
+
+
+def _warm_predictor(fit, op, name: str, direction: str):
+    """``fit``'s warm predictor of a cold-cache op in ``direction``, or None."""
+    if op is None or not op.cold_on_cpu:
+        return None
+    try:
+        return fit.predictor(name, warm_direction(direction))
+    except LookupError:
+        return None
 
 
 def below_measured(op, direction: str, dtype: str, predictor, params_list: list) -> list[float]:
@@ -144,7 +200,8 @@ def sim_tasks(graph: Graph, fit, table: OverheadTable, on_device: bool,
               bias: dict[str, float] | None = None,
               comm: Callable[[str, dict[str, int]], CommPrice] | None = None,
               host_op_s: Callable[[Task, float], float] | None = None,
-              generic: GenericModel | None | bool = True
+              generic: GenericModel | None | bool = True,
+              moved_bytes: float | None = None
               ) -> tuple[list[SimTask], dict[str, int]]:
     """The :class:`SimTask` list of ``graph``: op tasks priced by ``fit``, the rest
     by ``table``. ``on_device``: the ops run as kernels on a CUDA device.
@@ -159,12 +216,13 @@ def sim_tasks(graph: Graph, fit, table: OverheadTable, on_device: bool,
     ``generic``: the :class:`~perfmodel.fit.generic.GenericModel` that prices
     the memory-bound work (``Task.parts``) of a task no op predictor prices
     (True: the one ``fit`` teaches; False or None: the overhead table prices
-    it, as it does a task without parts)."""
+    it, as it does a task without parts). ``moved_bytes``: what
+    :func:`op_predictions` prices the cold-cache ops by (None: this graph's)."""
     bias = bias or {}
     if generic is True:
         generic = generic_model(fit)
     generic = generic or None
-    predicted, missing = op_predictions(graph.tasks, fit)
+    predicted, missing = op_predictions(graph.tasks, fit, moved_bytes)
     host_factor = bias.get("overhead", 1.0)
     main_stream = _main_stream(graph) if on_device else None
     out = []
