@@ -158,3 +158,21 @@ def test_the_summary_names_a_warm_direction_shortly():
     assert _short_direction("backward_warm") == "bwd.warm"
     assert _short_direction("forward") == "fwd"
     assert _short_op("tbe_sgd.forward_warm") == "tbe_sgd.fwd.warm"
+
+
+def test_the_replay_attribution_says_how_warm_the_cold_cache_ops_were_priced():
+    from perfmodel.replay.rerun import Replayed, _attribution_lines
+    from perfmodel.simulate.predict import warm_share
+    from perfmodel.trace.graph import Graph
+
+    llc = 64 << 20
+    graph = Graph([op_task(), filler(4 * llc)], 1e-3)
+    share, moved = warm_share([graph], WarmFit(llc))
+    assert share == pytest.approx(llc_share(llc, moved)) and moved > 4 * llc
+    assert warm_share([graph], WarmFit(None)) is None
+    assert warm_share([graph], ConstantFit({"forward": 3e-3})) is None  # no warm predictor
+    out = Replayed("w", "cpu-x-2c", 1e-3, 1e-3, 1e-3, "fit", tasks_delta_s=0.0,
+                   untimed_delta_s=0.0, trace_delta_s=0.0, schedule_delta_s=0.0,
+                   warm_share=(0.25, 256 * 2**20))
+    assert "  cold-cache ops priced 25% warm, 75% cold (the step moves 256.0 MiB)" \
+        in _attribution_lines(out)

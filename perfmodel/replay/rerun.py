@@ -74,6 +74,10 @@ class Replayed:
     untimed_tasks: int = 0
     trace_delta_s: float | None = None
     schedule_delta_s: float | None = None
+    #: (share of the cold-cache ops' data left in the last-level cache, bytes the
+    #: step moves) when they were priced between warm and cold
+    #: (:func:`perfmodel.simulate.predict.warm_share`), else None
+    warm_share: tuple[float, float] | None = None
 
     @property
     def error(self) -> float | None:
@@ -248,6 +252,10 @@ def replay_case(case: ReplayCase, fit, table, fit_name: str | None = None,
                    fit_name, case.recorded.get("predicted_s"))
     if attribution and case.measured_s:
         attribute(out, case, sims, total)
+        if not case.on_device:
+            from perfmodel.simulate.predict import warm_share
+
+            out.warm_share = warm_share(case.graphs, fit)
     return out
 
 
@@ -427,6 +435,10 @@ def _attribution_lines(case: Replayed) -> list[str]:
               f"{_pct(case.tasks_delta_s / m)} + untimed tasks ({case.untimed_tasks}) "
               f"{_pct(case.untimed_delta_s / m)} + trace vs measured "
               f"{_pct(case.trace_delta_s / m)} + schedule {_pct(case.schedule_delta_s / m)}")]
+    if case.warm_share is not None:
+        share, moved = case.warm_share
+        lines.append(f"  cold-cache ops priced {share:.0%} warm, {1 - share:.0%} cold "
+                     f"(the step moves {moved / 2**20:.1f} MiB)")
     header = f"    {'':<{NAME_WIDTH}}{'predicted':>13}{'traced':>13}{'contrib':>10}"
     lines.append(f"  per family (calls){header[len('  per family (calls)'):]}")
     for a in case.families:
@@ -456,7 +468,9 @@ def to_plain(devices: list[DeviceReplay], attribution: bool = False) -> dict:
                     "tasks_delta_s": case.tasks_delta_s,
                     "untimed_delta_s": case.untimed_delta_s, "untimed_tasks": case.untimed_tasks,
                     "trace_delta_s": case.trace_delta_s,
-                    "schedule_delta_s": case.schedule_delta_s}
+                    "schedule_delta_s": case.schedule_delta_s,
+                    "warm_share": None if case.warm_share is None else case.warm_share[0],
+                    "step_bytes": None if case.warm_share is None else case.warm_share[1]}
             cases[case.workload] = row
         out[dev.device_key] = {"fits": dev.fits, "overhead_workloads": dev.table_workloads,
                                "gmae": dev.gmae, "cases": cases, "problems": dev.problems}

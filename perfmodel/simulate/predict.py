@@ -99,6 +99,23 @@ def op_predictions(tasks: list[Task], fit, moved_bytes: float | None = None
     return out, missing
 
 
+def warm_share(graphs: list[Graph], fit) -> tuple[float, float] | None:
+    """(the :func:`llc_share` that prices the cold-cache ops of ``graphs``, the
+    bytes their iteration moves), for ranks sharing one host when several;
+    None when ``fit`` prices none of their ops between warm and cold (no
+    recorded last-level cache, or no warm predictor for any op task of theirs)."""
+    llc = getattr(fit, "llc_bytes", None)
+    if not llc:
+        return None
+    warm = any(task.kind == "op" and _warm_predictor(fit, OPS.get(task.op), task.op,
+                                                     task.direction) is not None
+               for graph in graphs for task in graph.tasks)
+    if not warm:
+        return None
+    moved = sum(step_bytes(graph.tasks) for graph in graphs)
+    return llc_share(llc, moved), moved
+
+
 def _warm_predictor(fit, op, name: str, direction: str):
     """``fit``'s warm predictor of a cold-cache op in ``direction``, or None."""
     if op is None or not op.cold_on_cpu:
