@@ -51,12 +51,17 @@ def step_bytes(tasks: list[Task]) -> float:
 def llc_share(llc_bytes: int | None, moved_bytes: float) -> float:
     """Share of a cold-cache op's data that a step moving ``moved_bytes`` between
     two uses of it still finds in a last-level cache of ``llc_bytes``: all of it
-    when the step moves no more than the cache holds, else ``llc / moved``, the
-    hit rate of a least-recently-used cache under accesses spread evenly over
-    that many bytes. 0 (priced cold) when the cache size is unknown."""
+    when the step moves no more than the cache holds, none when it moves at
+    least twice that (what a cold timing writes to evict the cache,
+    :meth:`~perfmodel.ops.base.OpDef.cpu_flush_bytes`), linear in between. A
+    step repeats its accesses in the same order every iteration, and a cache
+    that replaces its least recently used lines keeps nothing of such a cycle
+    once it is larger than the cache; the linear part stands for replacement
+    policies that keep some of it. 0 (priced cold) when the cache size is
+    unknown."""
     if not llc_bytes or llc_bytes <= 0:
         return 0.0
-    return 1.0 if moved_bytes <= llc_bytes else llc_bytes / moved_bytes
+    return min(1.0, max(0.0, 2.0 - moved_bytes / llc_bytes))
 
 
 def op_predictions(tasks: list[Task], fit, moved_bytes: float | None = None
