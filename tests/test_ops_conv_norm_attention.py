@@ -235,7 +235,7 @@ def test_norm_trace_shapes_map_back_to_the_config(data):
     assert bn.params_from_shapes([[n, c]]) == {"N": n, "C": c, "HW": 1}
     assert ln.params_from_shapes([[n, c, h], [], [h], [h]]) == {"ROWS": n * c, "COLS": h}
     assert ln.params_from_shapes([[n, c, h], [], [c, h], []]) == {"ROWS": n, "COLS": c * h}
-    assert drop.params_from_shapes([[n, c, h], [], []]) == {"ELEMS": n * c * h}
+    assert drop.params_from_shapes([[n, c, h], [], []]) == {"ELEMS": n * c * h, "P": 50}
 
 
 def test_norm_trace_shapes_that_are_not_this_op_give_none():

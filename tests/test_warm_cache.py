@@ -182,3 +182,47 @@ def test_the_replay_attribution_says_how_warm_the_cold_cache_ops_were_priced():
                    warm_share=(0.25, 256 * 2**20))
     assert "  cold-cache ops priced 25% warm, 75% cold (the step moves 256.0 MiB)" \
         in _attribution_lines(out)
+
+
+def test_a_traced_dropout_maps_to_its_drop_probability():
+    """``P`` is read from a real capture: 0.1 in a model's ``nn.Dropout`` gives
+    ``P`` 10 to its forward and its backward task."""
+    import math as _math
+
+    import torch
+
+    from perfmodel.e2e.single import predict_step
+    from perfmodel.trace.overheads import table_from_samples
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Dropout(0.1),
+                                torch.nn.Linear(64, 1))
+    x = torch.randn(32, 64)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step():
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
+    result = predict_step(step, 32, "dropout_model", ConstantFit(1e-5),
+                          table_from_samples([], 30e9), "cpu", 30e9, measure=False)
+    drops = [t for t in result.graph.op_tasks() if t.op == "dropout"]
+    assert {t.direction for t in drops} == {"forward", "backward"}
+    assert all(t.params == {"ELEMS": 32 * 64, "P": 10} for t in drops)
+    assert _math.isnan(result.measured.median_s)
+
+
+def test_dropout_reads_p_from_its_arguments_and_defaults_without_them():
+    from types import SimpleNamespace
+
+    op = get_op("dropout")
+
+    def node(name, values):
+        return SimpleNamespace(name=name, input_shapes=[[8, 16], [], []], input_values=values)
+
+    assert op.params_from_node(node("aten::dropout", [None, 0.2, True])) == {"ELEMS": 128, "P": 20}
+    assert op.params_from_node(node("aten::native_dropout_backward", [None, None, 1 / 0.7])) \
+        == {"ELEMS": 128, "P": 30}
+    assert op.params_from_node(node("aten::dropout", [])) == {"ELEMS": 128, "P": 50}
+    assert op.params_from_node(node("aten::dropout", [None, 0.0, True])) is None
+    assert op.complete_config({"ELEMS": 128}) == {"ELEMS": 128, "P": 50}  # older records

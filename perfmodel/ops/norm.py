@@ -356,20 +356,42 @@ class InstanceNorm(_SmokeFloat32):
 
 
 class Dropout(_Norm):
-    """``F.dropout(x, p=0.5, training=True)`` on a tensor of ELEMS elements."""
+    """``F.dropout(x, p=P/100, training=True)`` on a tensor of ELEMS elements.
+
+    ``P``, the drop probability in percent, changes the work: a CPU draws the
+    mask at a cost that grows with p up to 0.5 (0.79 ms at p = 0.1 and 1.6 ms
+    at 0.5 for 131072 elements on one 2-core VM; see
+    docs/journal/2026-12-07-warm-cache.md). Records stored before it timed 50."""
 
     name = "dropout"
-    params = ("ELEMS",)
+    params = ("ELEMS", "P")
     trace_names = ("aten::dropout", "aten::native_dropout", "aten::native_dropout_backward")
     ranges = {"ELEMS": (256, 1 << 27)}
-    #: Drop probability.
-    p = 0.5
+    #: Drop probabilities (percent) the sweeps draw: those models use (0.1 in
+    #: transformers, 0.5 in classic MLPs) and a few between.
+    P_VALUES = (5, 10, 20, 30, 50)
+    added_params = ("P",)
+    param_defaults = {"P": 50}
+    monotone_params = ("ELEMS",)
+    #: More configs than the other norms: P is a dimension of its own.
+    config_counts = {"smoke": 4, "quick": 32, "gpu": 32, "full": 2000}
+
+    def elements(self, params: Mapping[str, int]) -> int:
+        return int(params["ELEMS"])
+
+    def valid(self, params: Mapping[str, int]) -> bool:
+        return 0 < int(params["P"]) < 100
+
+    def _draw(self, rng, profile: str, n: int) -> dict[str, int]:
+        return {"ELEMS": log_uniform_ints(rng, *self.ranges["ELEMS"]),
+                "P": rng.choice(self.P_VALUES)}
 
     def make_runner(self, params, dtype, direction, device):
         import torch.nn.functional as F
 
+        p = int(self.complete_config(params)["P"]) / 100
         x = self._input(params, dtype, direction, device, (params["ELEMS"],))
-        return self._runner(lambda: F.dropout(x, self.p, training=True), (x,), direction)
+        return self._runner(lambda: F.dropout(x, p, training=True), (x,), direction)
 
     def flops(self, params, direction):
         """FLOP: 2 per element (compare a random draw to p, scale), both
@@ -382,10 +404,36 @@ class Dropout(_Norm):
         return (2 * DTYPE_BYTES[dtype] + 1) * params["ELEMS"]
 
     def params_from_shapes(self, input_shapes):
-        """``ELEMS`` = elements of the input (first shape); None if empty."""
+        """``ELEMS`` = elements of the input (first shape), ``P`` at its default
+        (the shapes do not hold it); None if empty."""
         if not input_shapes or not input_shapes[0] or min(input_shapes[0]) < 1:
             return None
-        return {"ELEMS": math.prod(input_shapes[0])}
+        return {"ELEMS": math.prod(input_shapes[0]), "P": self.param_defaults["P"]}
+
+    def params_from_node(self, node):
+        """The shapes' params with ``P`` from the node's arguments: ``p`` of
+        ``aten::dropout`` and ``aten::native_dropout`` (input, p, train), ``1 -
+        1/scale`` of ``aten::native_dropout_backward`` (grad, mask, scale); the
+        default where the trace holds no such value. None for p outside (0, 1)
+        (p = 0 copies nothing and draws nothing)."""
+        params = self.params_from_shapes(node.input_shapes)
+        if params is None:
+            return None
+        values = node.input_values
+        if node.name == "aten::native_dropout_backward":
+            scale = values[2] if len(values) > 2 else None
+            p = 1.0 - 1.0 / scale if _is_number(scale) and scale > 0 else None
+        else:
+            p = values[1] if len(values) > 1 and _is_number(values[1]) else None
+        if p is None:
+            return params
+        if not 0.0 < p < 1.0:
+            return None
+        return {**params, "P": max(1, min(99, int(round(100 * p))))}
 
 
 OPS = (BatchNorm(), LayerNorm(), GroupNorm(), InstanceNorm(), Dropout())
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
