@@ -14,11 +14,17 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+def is_number(value: object) -> bool:
+    """Whether ``value`` loaded from a file (or a trace) is a finite number (a
+    bool is not)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)
+
+
 def is_seconds(value: object) -> bool:
     """Whether ``value`` loaded from a file is a finite number of seconds >= 0
     (a bool is not)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and math.isfinite(value) and value >= 0
+    return is_number(value) and value >= 0
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:

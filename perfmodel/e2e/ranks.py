@@ -80,7 +80,7 @@ from perfmodel.trace.overheads import OverheadTable, samples_from_graph, table_f
 from perfmodel.plaindata import write_json_atomic
 from perfmodel.fit.generic import generic_model
 from perfmodel.simulate.predict import (NON_OP_CATEGORIES, CommPrice, beyond_fit, coverage,
-                                        graph_prediction, sim_tasks, step_bytes)
+                                        graph_prediction, shared_step_bytes, sim_tasks)
 from perfmodel.simulate.result import IterationPrediction
 from perfmodel.ops.collective import HOST_CPU, LOADED
 from perfmodel.simulate.host import HostModel, oversubscription
@@ -292,12 +292,6 @@ def measured_world_sizes(predictor) -> set[int]:
     return {int(w) for w in getattr(predictor.estimator, "world_", ())}
 
 
-def hosts_step_bytes(graphs: list[Graph]) -> float:
-    """Bytes the ranks of ``graphs`` move in one iteration together: they share
-    one host's last-level cache (:func:`~perfmodel.simulate.predict.llc_share`)."""
-    return sum(step_bytes(g.tasks) for g in graphs)
-
-
 def predict_ranks(graphs: list[Graph], fit, table: OverheadTable,
                   bias: dict[str, float] | None = None, keep_timeline: bool = True,
                   host: HostModel | None = None) -> IterationPrediction:
@@ -316,7 +310,7 @@ def predict_ranks(graphs: list[Graph], fit, table: OverheadTable,
     host = host or HostModel()
     comm = comm_pricer(fit)
     per_rank, rank_missing, missing = [], [], {}
-    moved = hosts_step_bytes(graphs) if getattr(fit, "llc_bytes", None) else None
+    moved = shared_step_bytes(graphs, fit)  # the ranks share the host's last-level cache
     for graph in graphs:
         tasks, missed = sim_tasks(graph, fit, table, False, bias, comm, host.op_seconds,
                                   moved_bytes=moved)

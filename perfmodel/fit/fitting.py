@@ -272,16 +272,15 @@ def samples_from_records(records: Iterable[dict]) -> dict[tuple[str, str], list[
         params = tuple(sorted((k, int(v)) for k, v in config.items()))
         run_id, replicate = str(r.get("run_id")), int(r["replicate"])
         speed = r.get("host_speed")
+        speed = None if speed is None else HostSpeed.from_dict(speed, f"run {run_id}")
         grouped.setdefault((r["op"], r["direction"]), []).append(
             Sample(r["dtype"], params, float(r["measurement"]["median_s"]), run_id, replicate,
-                   None if speed is None else HostSpeed.from_dict(speed, f"run {run_id}"),
-                   r.get("timed_beside")))
+                   speed, r.get("timed_beside")))
         warm = r.get("warm")
         if isinstance(warm, dict) and is_seconds(warm.get("median_s")):
             grouped.setdefault((r["op"], warm_direction(r["direction"])), []).append(
                 Sample(r["dtype"], params, float(warm["median_s"]), run_id, replicate,
-                       None if speed is None else HostSpeed.from_dict(speed, f"run {run_id}"),
-                       r.get("timed_beside")))
+                       speed, r.get("timed_beside")))
         if not (r["op"] in OPS and OPS[r["op"]].family == "collective"):
             continue
         cpu, loaded = r.get("rank_cpu_s"), r.get("loaded_s")

@@ -293,7 +293,8 @@ class FitChoice:
 
 def needed_keys(cases: Iterable[Any]) -> set[tuple[str, str]]:
     """The (op, direction) predictors that replaying ``cases`` asks a fit for: each
-    op task's (and on a CPU a cold-cache op's warm one), and each collective's time, host CPU and loaded predictors."""
+    op task's (and on a CPU a cold-cache op's warm one), and each collective's
+    time, host CPU and loaded predictors."""
     from perfmodel.ops import OPS
     from perfmodel.ops.base import warm_direction
     from perfmodel.ops.collective import HOST_CPU, LOADED

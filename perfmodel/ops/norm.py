@@ -13,6 +13,7 @@ from typing import Mapping
 
 from perfmodel.ops.base import (DTYPE_BYTES, OpDef, check_profile, log_uniform_ints,
                                 sample_configs, torch_dtype)
+from perfmodel.plaindata import is_number
 
 #: Configs per profile and the largest element count of one call's input.
 _CONFIGS = {"smoke": 4, "quick": 20, "gpu": 20, "full": 2000}
@@ -422,9 +423,9 @@ class Dropout(_Norm):
         values = node.input_values
         if node.name == "aten::native_dropout_backward":
             scale = values[2] if len(values) > 2 else None
-            p = 1.0 - 1.0 / scale if _is_number(scale) and scale > 0 else None
+            p = 1.0 - 1.0 / scale if is_number(scale) and scale > 0 else None
         else:
-            p = values[1] if len(values) > 1 and _is_number(values[1]) else None
+            p = values[1] if len(values) > 1 and is_number(values[1]) else None
         if p is None:
             return params
         if not 0.0 < p < 1.0:
@@ -433,7 +434,3 @@ class Dropout(_Norm):
 
 
 OPS = (BatchNorm(), LayerNorm(), GroupNorm(), InstanceNorm(), Dropout())
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

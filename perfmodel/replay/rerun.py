@@ -279,13 +279,12 @@ def _simulate(case: ReplayCase, fit, table, bias: dict[str, float] | None = None
 def _rank_tasks(case: ReplayCase, fit, table, graph, bias: dict[str, float] | None = None
                 ) -> list:
     """One rank's SimTasks as :func:`perfmodel.e2e.ranks.predict_ranks` prices them."""
-    from perfmodel.e2e.ranks import comm_pricer, hosts_step_bytes
-    from perfmodel.simulate.predict import NON_OP_CATEGORIES, sim_tasks
+    from perfmodel.e2e.ranks import comm_pricer
+    from perfmodel.simulate.predict import NON_OP_CATEGORIES, shared_step_bytes, sim_tasks
 
     host = _host_model(case, fit)
     tasks, _ = sim_tasks(graph, fit, table, False, bias, comm_pricer(fit), host.op_seconds,
-                         moved_bytes=hosts_step_bytes(case.graphs)
-                         if getattr(fit, "llc_bytes", None) else None)
+                         moved_bytes=shared_step_bytes(case.graphs, fit))
     for task in tasks:
         if task.category in NON_OP_CATEGORIES:
             host.slow_host_work(task)

@@ -3,10 +3,11 @@
 Op predictions are made in one batched call per (op, direction, dtype), not
 one per node. A cold-cache op (:attr:`~perfmodel.ops.base.OpDef.cold_on_cpu`)
 fitted both cold and warm on a CPU is priced between the two by the share of
-its data the step leaves in the last-level cache (:func:`llc_share`). On a CPU device an op task's host time is its predicted time;
-on CUDA the prediction is device time, split over the op's kernels in the
-proportions the trace measured, and the host time of the op is its launch
-overheads (T2.launch + n·T4 + (n-1)·T5 + T3.launch).
+its data the step leaves in the last-level cache (:func:`llc_share`). On a CPU
+device an op task's host time is its predicted time; on CUDA the prediction is
+device time, split over the op's kernels in the proportions the trace measured,
+and the host time of the op is its launch overheads (T2.launch + n·T4 +
+(n-1)·T5 + T3.launch).
 """
 
 from __future__ import annotations
@@ -46,6 +47,15 @@ def step_bytes(tasks: list[Task]) -> float:
                 moved = None
         total += moved if moved is not None else (task.bytes or 0.0)
     return total
+
+
+def shared_step_bytes(graphs: list[Graph], fit) -> float | None:
+    """Bytes the iterations of ``graphs`` (ranks sharing one host's last-level
+    cache) move together (:func:`step_bytes`); None when ``fit`` records no
+    last-level cache, so nothing is priced by it."""
+    if not getattr(fit, "llc_bytes", None):
+        return None
+    return sum(step_bytes(graph.tasks) for graph in graphs)
 
 
 def llc_share(llc_bytes: int | None, moved_bytes: float) -> float:
@@ -92,7 +102,7 @@ def op_predictions(tasks: list[Task], fit, moved_bytes: float | None = None
         definition = OPS.get(op)
         params = [tasks[i].params for i in indices]
         values = below_measured(definition, direction, dtype, predictor, params)
-        warm = _warm_predictor(fit, definition, op, direction) if llc else None
+        warm = _warm_predictor(fit, op, direction) if llc else None
         if warm is not None:
             if share is None:
                 share = llc_share(llc, step_bytes(tasks) if moved_bytes is None else moved_bytes)
@@ -109,20 +119,16 @@ def warm_share(graphs: list[Graph], fit) -> tuple[float, float] | None:
     bytes their iteration moves), for ranks sharing one host when several;
     None when ``fit`` prices none of their ops between warm and cold (no
     recorded last-level cache, or no warm predictor for any op task of theirs)."""
-    llc = getattr(fit, "llc_bytes", None)
-    if not llc:
+    moved = shared_step_bytes(graphs, fit)
+    if moved is None or not any(task.kind == "op" and _warm_predictor(fit, task.op, task.direction)
+                                for graph in graphs for task in graph.tasks):
         return None
-    warm = any(task.kind == "op" and _warm_predictor(fit, OPS.get(task.op), task.op,
-                                                     task.direction) is not None
-               for graph in graphs for task in graph.tasks)
-    if not warm:
-        return None
-    moved = sum(step_bytes(graph.tasks) for graph in graphs)
-    return llc_share(llc, moved), moved
+    return llc_share(fit.llc_bytes, moved), moved
 
 
-def _warm_predictor(fit, op, name: str, direction: str):
-    """``fit``'s warm predictor of a cold-cache op in ``direction``, or None."""
+def _warm_predictor(fit, name: str, direction: str):
+    """``fit``'s warm predictor of cold-cache op ``name`` in ``direction``, or None."""
+    op = OPS.get(name)
     if op is None or not op.cold_on_cpu:
         return None
     try:
