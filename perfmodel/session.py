@@ -139,6 +139,9 @@ class Session:
         self._env: dict | None = None
         self._writer = None
         self._fit = None
+        #: (name, recorded accuracy) of the newest stored fit before this session's
+        #: (:func:`perfmodel.fit.fitting.recorded_accuracy`): a fresh sweep's reference
+        self._previous_fit: tuple = (None, {})
         #: (monotonic s, record field) of the last host speed sample, or None
         self._host_speed: tuple[float, dict] | None = None
         #: where the host speed comes from: "sampled" (this process, once a minute),
@@ -174,6 +177,9 @@ class Session:
         #: the replay gate (:class:`perfmodel.gate.replay.ReplayGate`), made by the
         #: first :meth:`run_replay`
         self.replay = None
+        #: the accuracy gate on committed fits (:class:`perfmodel.gate.accuracy.AccuracyGate`),
+        #: made by the first :meth:`run_accuracy_replay`
+        self.accuracy_gate = None
 
     # -- lazily created ------------------------------------------------------------
     @property
@@ -342,8 +348,10 @@ class Session:
         when nothing new qualifies, else a fresh one, saved). None when there
         is nothing to fit or load."""
         if self._fit is None:
-            from perfmodel.fit.fitting import current_fit
+            from perfmodel.fit.fitting import current_fit, recorded_accuracy
 
+            threads = self.device.threads if self.device.kind == "cpu" else None
+            self._previous_fit = recorded_accuracy(self.store.dir, threads)
             self._fit, problems = current_fit(self.store, self.device, self.run_id)
             self._note_problems(problems)
         return self._fit
@@ -389,12 +397,21 @@ class Session:
             raise Unavailable(f"{op}.{direction}: no measurements under {self.store.dir}; "
                               f"{measure_hint(op)}")
         self.accuracy.append(acc)
-        threshold = self.settings.gmae_threshold(op, direction, self.options.profile)
+        name, recorded = self._previous_fit
+        previous = None
+        if name not in (None, self.run_id, getattr(fit.path, "name", None)):
+            entry = recorded.get(f"{op}.{direction}")
+            previous = None if entry is None else entry[1:]
+        threshold = self.settings.fresh_threshold(op, direction, self.options.profile, previous,
+                                                  acc.n_configs)
         if acc.gmae > threshold:
             floor = "n/a" if acc.noise_floor is None else f"{acc.noise_floor:.1%}"
+            whence = ("" if previous is None or threshold < previous[0] + self.settings.fresh_gmae_slack
+                      else f"; the previous fit {name} scored {previous[0]:.1%} + slack "
+                           f"{self.settings.fresh_gmae_slack * 100:.0f} pp")
             raise CheckFailed(f"{op}.{direction}: held-out GMAE {acc.gmae:.1%} > threshold "
                               f"{threshold:.1%} (noise floor {floor}, predictor {acc.chosen}, "
-                              f"{acc.n_configs} configs)")
+                              f"{acc.n_configs} configs{whence})")
 
     # -- end to end ------------------------------------------------------------------
     def run_e2e(self, workload: str) -> None:
@@ -673,6 +690,24 @@ class Session:
             raise CheckFailed(verdict.line())
         return verdict
 
+    def run_accuracy_replay(self, device_key: str, threads: int | None, target: str):
+        """Re-score ``target`` (``"op.direction"``) of the committed fit of
+        ``device_key`` at ``threads`` on its committed runs with today's fitting
+        code, against the GMAE that fit recorded (:mod:`perfmodel.gate.accuracy`).
+        :class:`CheckFailed` with the verdict's line when it fails."""
+        if self.accuracy_gate is None:
+            self.accuracy_gate = self._new_accuracy_gate()
+        verdict = self.accuracy_gate.check(device_key, threads, target)
+        if verdict.failed:
+            raise CheckFailed(verdict.line())
+        return verdict
+
+    def _new_accuracy_gate(self):
+        from perfmodel.gate.accuracy import AccuracyGate
+
+        return AccuracyGate(self.options.results_root, self.settings.accuracy_tolerance,
+                            self.options.bias)
+
     # -- the gate-stability experiment -------------------------------------------------
     def run_stability(self, rounds: int) -> None:
         """The gate-stability experiment (:mod:`perfmodel.gate.stability`): ``rounds`` times,
@@ -765,6 +800,8 @@ class Session:
             "env": self._env,
             "device_unavailable": self.device_unavailable,
             "replay": None if self.replay is None else self.replay.to_plain(),
+            "accuracy_gate": (None if self.accuracy_gate is None
+                              else self.accuracy_gate.to_plain()),
         }
 
     def merge_worker_state(self, data: dict) -> None:
@@ -804,6 +841,10 @@ class Session:
                                          self.settings.replay_fail_on_improvement,
                                          self.options.bias, self.options.save_replay_baseline)
             self.replay.merge_plain(data["replay"])
+        if data.get("accuracy_gate") is not None:
+            if self.accuracy_gate is None:
+                self.accuracy_gate = self._new_accuracy_gate()
+            self.accuracy_gate.merge_plain(data["accuracy_gate"])
         if data["device_unavailable"] and self.device_unavailable is None:
             self.device_unavailable = data["device_unavailable"]
 
@@ -821,6 +862,10 @@ class Session:
         self.close()
         if self.replay is not None:
             lines, failed = self.replay.finish()
+            self.gate.lines.extend(lines)
+            self.gate.failed = self.gate.failed or failed
+        if self.accuracy_gate is not None:
+            lines, failed = self.accuracy_gate.finish()
             self.gate.lines.extend(lines)
             self.gate.failed = self.gate.failed or failed
         if self.device_unavailable:  # every step skipped: nothing ran, nothing to gate

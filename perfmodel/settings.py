@@ -10,6 +10,8 @@ Example::
     baseline_runs = 5               # runs of each E2E workload --perfmodel-save-baseline records
     replay_tolerance = 0.005        # replay gate: allowed change of a replayed error (0.5 pp)
     replay_fail_on_improvement = true   # replay gate: a prediction that moves either way fails
+    accuracy_tolerance = 0.01       # accuracy gate: allowed rise of a committed fit's GMAE (1 pp)
+    fresh_gmae_slack = 0.15         # a fresh sweep's GMAE may exceed the previous fit's by this
 
     [tool.perfmodel.gmae_thresholds]
     "addmm.forward" = 0.10          # per "<op>.<direction>"
@@ -35,10 +37,15 @@ DEFAULT_E2E_MIN_MARGIN = DEFAULT_MIN_MARGIN
 DEFAULT_BASELINE_RUNS = 5
 #: The replay gate's tolerance: absolute change of a replayed error (fraction: 0.5 pp).
 DEFAULT_REPLAY_TOLERANCE = 0.005
+#: The accuracy gate's tolerance: rise of a re-scored GMAE (fraction: 1 pp).
+DEFAULT_ACCURACY_TOLERANCE = 0.01
+#: How far a fresh sweep's held-out GMAE may rise over the previous fit's (fraction: 15 pp).
+DEFAULT_FRESH_GMAE_SLACK = 0.15
 
 _KNOWN_KEYS = ("default_gmae_threshold", "gmae_thresholds", "smoke_gmae_threshold",
                "e2e_spread_k", "e2e_min_margin", "baseline_runs", "e2e_ceilings",
-               "replay_tolerance", "replay_fail_on_improvement")
+               "replay_tolerance", "replay_fail_on_improvement", "accuracy_tolerance",
+               "fresh_gmae_slack")
 #: Keys that used to exist, and what to do instead.
 _RETIRED_KEYS = {
     "e2e_tolerance": "the gate now allows baseline mean + max(e2e_spread_k * spread, "
@@ -60,7 +67,10 @@ class Settings:
     repeats each E2E workload; ``e2e_ceilings`` caps a workload's error absolutely.
     ``replay_tolerance`` is how far a replayed error may grow (and, with
     ``replay_fail_on_improvement``, move either way) from the replay baseline's
-    (:mod:`perfmodel.gate.replay`).
+    (:mod:`perfmodel.gate.replay`); ``accuracy_tolerance`` how far a committed
+    fit's re-scored GMAE may rise (:mod:`perfmodel.gate.accuracy`);
+    ``fresh_gmae_slack`` how far a fresh sweep's GMAE may rise over the previous
+    fit's of the same configs (:meth:`fresh_threshold`).
     """
 
     default_gmae_threshold: float = DEFAULT_GMAE_THRESHOLD
@@ -72,6 +82,8 @@ class Settings:
     e2e_ceilings: dict[str, float] = field(default_factory=dict)
     replay_tolerance: float = DEFAULT_REPLAY_TOLERANCE
     replay_fail_on_improvement: bool = True
+    accuracy_tolerance: float = DEFAULT_ACCURACY_TOLERANCE
+    fresh_gmae_slack: float = DEFAULT_FRESH_GMAE_SLACK
 
     def gmae_threshold(self, op: str, direction: str, profile: str = "quick") -> float:
         """Threshold of ``op.direction`` in ``profile``.
@@ -82,6 +94,18 @@ class Settings:
         if profile == "smoke":
             return self.smoke_gmae_threshold
         return self.gmae_thresholds.get(f"{op}.{direction}", self.default_gmae_threshold)
+
+    def fresh_threshold(self, op: str, direction: str, profile: str,
+                        previous: tuple[float, int] | None, n_configs: int) -> float:
+        """Threshold of a fresh sweep's ``op.direction`` fitted on ``n_configs``
+        configs: :meth:`gmae_threshold`, or lower, the GMAE the previous fit of
+        this device recorded (``previous``: GMAE, configs) plus
+        ``fresh_gmae_slack``, when that fit scored the same number of configs
+        (the same grid) and the profile is not ``smoke``."""
+        threshold = self.gmae_threshold(op, direction, profile)
+        if profile == "smoke" or previous is None or previous[1] != n_configs:
+            return threshold
+        return min(threshold, previous[0] + self.fresh_gmae_slack)
 
     def gate_policy(self) -> GatePolicy:
         """The E2E gate's policy from these settings."""
@@ -120,8 +144,13 @@ def load_settings(pyproject: Path) -> Settings:
         e2e_min_margin=_margin(pyproject, table.get("e2e_min_margin", DEFAULT_E2E_MIN_MARGIN)),
         baseline_runs=_runs(pyproject, table.get("baseline_runs", DEFAULT_BASELINE_RUNS)),
         e2e_ceilings=_ceilings(pyproject, table.get("e2e_ceilings", {})),
-        replay_tolerance=_tolerance(pyproject, table.get("replay_tolerance",
-                                                         DEFAULT_REPLAY_TOLERANCE)),
+        replay_tolerance=_tolerance(pyproject, "replay_tolerance",
+                                    table.get("replay_tolerance", DEFAULT_REPLAY_TOLERANCE)),
+        accuracy_tolerance=_tolerance(pyproject, "accuracy_tolerance",
+                                      table.get("accuracy_tolerance",
+                                                DEFAULT_ACCURACY_TOLERANCE)),
+        fresh_gmae_slack=_tolerance(pyproject, "fresh_gmae_slack",
+                                    table.get("fresh_gmae_slack", DEFAULT_FRESH_GMAE_SLACK)),
         replay_fail_on_improvement=_flag(pyproject, "replay_fail_on_improvement",
                                          table.get("replay_fail_on_improvement", True)),
     )
@@ -186,9 +215,9 @@ def _runs(path: Path, value: object) -> int:
     return value
 
 
-def _tolerance(path: Path, value: object) -> float:
+def _tolerance(path: Path, key: str, value: object) -> float:
     if not _is_number(value) or not 0 <= value < 1:
-        raise SettingsError(f"{path}: [tool.perfmodel] replay_tolerance = {value!r} is not a "
+        raise SettingsError(f"{path}: [tool.perfmodel] {key} = {value!r} is not a "
                             f"fraction such as 0.005 (= 0.5 percentage point), or 0")
     return float(value)
 

@@ -27,7 +27,8 @@ MARKERS = {
     "accuracy": "held-out accuracy of one op's fitted predictor against its GMAE threshold",
     "e2e": "end-to-end iteration time of one workload: measured against predicted",
     "replay": "replay gate: one committed replay case (device/workload) predicted again with "
-              "today's code against its replay baseline (suites/test_replay.py)",
+              "today's code against its replay baseline, or one committed fit's predictor "
+              "re-scored against its committed GMAE (suites/test_replay.py)",
     "collective": "a collective across MPI ranks (mpiexec -n N or --perfmodel-ranks N)",
     "stability": "gate-stability experiment: repeated E2E rounds scored with planted biases "
                  "(--perfmodel-rounds); deselected unless -m stability",
@@ -114,6 +115,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
             cases = replay_items(options.results_root)
             metafunc.parametrize("replay_case", cases, ids=[f"{k}/{w}" for k, w in cases])
+        if "accuracy_case" in metafunc.fixturenames:  # one per committed fit's predictor
+            from perfmodel.gate.accuracy import accuracy_items, item_id
+
+            targets = accuracy_items(options.results_root)
+            if targets:
+                metafunc.parametrize("accuracy_case", targets,
+                                     ids=[item_id(*t) for t in targets])
+            else:  # one skipped item that says why, rather than pytest's "empty parameter set"
+                why = (f"no committed fit under {options.results_root} has all its training "
+                       f"runs committed: no predictor to re-score")
+                metafunc.parametrize("accuracy_case", [pytest.param(None, marks=pytest.mark.skip(
+                    reason=why))], ids=["none"])
         if "op_case" in metafunc.fixturenames:
             cases = cases_for(_marker_names(metafunc, "perfmodel_ops"), profile)
             metafunc.parametrize("op_case", cases, ids=[c.id for c in cases])

@@ -43,7 +43,9 @@ def as_pytest_outcome():
         skipped, failed = None, str(exc)
     else:
         return
-    # raised here, outside the except blocks: the library's frames are not kept
+    # raised here, outside the except blocks, and from None: neither the library's
+    # frames nor the exception it replaces are shown (a generator's context manager
+    # would otherwise chain them)
     if failed is not None:
-        pytest.fail(failed, pytrace=False)
-    pytest.skip(skipped)
+        raise pytest.fail.Exception(failed, pytrace=False) from None
+    raise pytest.skip.Exception(skipped, allow_module_level=False) from None

@@ -279,7 +279,8 @@ def _refit(args: argparse.Namespace) -> int:
            else _device_key(args))
     started = time.monotonic()
     fit, folder, problems = refit(ResultStore(root, key), key, args.threads,
-                                  device=_this_machine_cuda_spec(key), allocator=args.allocator)
+                                  device=_this_machine_cuda_spec(key), allocator=args.allocator,
+                                  same_runs=args.same_runs)
     seconds = time.monotonic() - started
     for problem in problems:
         print(f"warning: skipped {problem}", file=sys.stderr)
@@ -398,6 +399,10 @@ def _add_refit_command(sub) -> None:
                        choices=("glibc-keep-freed", "default"),
                        help="fit the CPU runs measured under this host allocator policy "
                             "(default: the newest run's, as a session on that host would)")
+    refit.add_argument("--same-runs", action="store_true",
+                       help="train on exactly the runs the newest fit of that thread count "
+                            "was trained on (every one must be stored), so that only the "
+                            "code changes: what the accuracy gate's FAIL lines ask for")
     refit.set_defaults(func=_refit)
 
 

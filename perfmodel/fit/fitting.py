@@ -422,7 +422,6 @@ def fit_op(op_name: str, direction: str, samples: list[Sample], device: DeviceSp
     def subset(chosen_keys: set) -> list[Sample]:
         return [s for s in samples if s.config_key in chosen_keys]
 
-    folds = random_folds(keys)
     size = {k: op.flops(dict(k[1]), base_direction(direction)) for k in keys}
     ex_train_keys, ex_test_keys = extrapolation_split(keys, size.__getitem__)
     candidates: dict[str, dict[str, float]] = {}
@@ -430,10 +429,7 @@ def fit_op(op_name: str, direction: str, samples: list[Sample], device: DeviceSp
     if len(keys) < (MIN_CONFIGS_FOR_CURVES if op.family == "collective" else MIN_CONFIGS_FOR_ML):
         kinds = [k for k in kinds if k in ("roofline", "embedding_analytic")] or kinds[:1]
     for kind in kinds:
-        scored = [_score(_fit(kind, op, direction, device, subset(set(keys) - fold)),
-                         subset(fold)) for fold in folds]
-        pred = np.concatenate([p for p, _ in scored])
-        meas = np.concatenate([m for _, m in scored])
+        pred, meas = _cross_validate(kind, op, direction, device, samples, keys)
         ex_pred, ex_meas = _score(_fit(kind, op, direction, device, subset(ex_train_keys)),
                                   subset(ex_test_keys))
         candidates[kind] = {"gmae": gmae(pred, meas), "mape": mape(pred, meas),
@@ -450,6 +446,36 @@ def fit_op(op_name: str, direction: str, samples: list[Sample], device: DeviceSp
                           between_runs_noise_floor(all_samples),
                           max(f for f, _ in sizes), max(b for _, b in sizes))
     return final, accuracy
+
+
+def _cross_validate(kind: str, op: OpDef, direction: str, device: DeviceSpec,
+                    samples: list[Sample], keys: Sequence) -> tuple[np.ndarray, np.ndarray]:
+    """(predicted, measured) seconds of every sample of ``keys``' configs, each
+    predicted by a ``kind`` fitted on the other folds (:func:`random_folds`)."""
+    scored = []
+    for fold in random_folds(keys):
+        train = [s for s in samples if s.config_key not in fold]
+        scored.append(_score(_fit(kind, op, direction, device, train),
+                             [s for s in samples if s.config_key in fold]))
+    return (np.concatenate([p for p, _ in scored]), np.concatenate([m for _, m in scored]))
+
+
+def held_out_gmae(op_name: str, direction: str, kind: str, samples: list[Sample],
+                  device: DeviceSpec, scale: float = 1.0) -> tuple[float, int]:
+    """(GMAE, configs) of predictor ``kind`` for ``op_name.direction`` on held-out
+    configs, as :func:`fit_op` scores each candidate kind (the same folds and
+    fits, each config's newest run), without the other kinds, the extrapolation
+    split or the final fit: what the accuracy gate re-scores on committed runs
+    (:mod:`perfmodel.gate.accuracy`). ``scale`` multiplies the predictions (a
+    planted error). ValueError when there are too few configs."""
+    op = get_op(op_name)
+    samples = newest_per_config(samples)
+    keys = sorted({s.config_key for s in samples})
+    if len(keys) < MIN_CONFIGS:
+        raise ValueError(f"{op_name}.{direction}: {len(keys)} distinct configs measured, "
+                         f"need at least {MIN_CONFIGS} to fit and hold some out")
+    pred, meas = _cross_validate(kind, op, direction, device, samples, keys)
+    return gmae(pred * scale, meas), len(keys)
 
 
 def _same_host_setup(record: dict, device: DeviceSpec, allocator: str | None) -> bool:
@@ -481,6 +507,14 @@ def _same_host_setup(record: dict, device: DeviceSpec, allocator: str | None) ->
     return device.threads is None or threads is None or threads == device.threads
 
 
+def training_samples(records: Iterable[dict], device: DeviceSpec,
+                     allocator: str | None = None) -> dict[tuple[str, str], list[Sample]]:
+    """The samples of each (op, direction) that :func:`fit_predictors` trains on
+    for ``device`` (and ``allocator``): those of records measured in its host
+    setup (:func:`_same_host_setup`)."""
+    return samples_from_records(r for r in records if _same_host_setup(r, device, allocator))
+
+
 def fit_predictors(records: Iterable[dict], device: DeviceSpec,
                    only: Iterable[tuple[str, str]] | None = None,
                    allocator: str | None = None, workers: int | None = None) -> FitReport:
@@ -502,8 +536,7 @@ def fit_predictors(records: Iterable[dict], device: DeviceSpec,
     on_cpu = device.kind == "cpu"
     report = FitReport(threads=device.threads if on_cpu else None,
                        llc_bytes=device.llc_bytes if on_cpu and device.llc_bytes else None)
-    grouped = samples_from_records(r for r in records
-                                   if _same_host_setup(r, device, allocator))
+    grouped = training_samples(records, device, allocator)
     wanted = set(only) if only is not None else set(grouped)
     jobs = {key: grouped.get(key, []) for key in sorted(wanted)}
     for key, (fitted, skipped) in _fit_each(jobs, device, fit_workers(workers)).items():
@@ -745,6 +778,39 @@ def _index_threads(folder: Path) -> object:
     return threads if valid else _UNREADABLE
 
 
+def index_entries(index: Mapping) -> dict[str, tuple[str, float, int]]:
+    """Per ``"op.direction"`` of a fit's parsed index (``index.json``), the
+    predictor kind it chose, its held-out GMAE and its config count; entries
+    that do not read are left out (:func:`load_fit` names them)."""
+    out = {}
+    entries = index.get("entries") if isinstance(index, Mapping) else None
+    for entry in entries if isinstance(entries, list) else ():
+        try:
+            acc = entry["accuracy"]
+            out[f"{entry['op']}.{entry['direction']}"] = (str(entry["kind"]), float(acc["gmae"]),
+                                                          int(acc["n_configs"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+def recorded_accuracy(folder: Path, threads: int | None
+                      ) -> tuple[str | None, dict[str, tuple[str, float, int]]]:
+    """(name, :func:`index_entries`) of the newest fit of ``threads`` torch threads
+    (None: any) under the device folder ``folder``, read from its index without
+    loading its predictors; (None, {}) when there is none."""
+    for fit_dir in reversed(paths.fit_dirs(folder)):
+        recorded = _index_threads(fit_dir)
+        if recorded is _UNREADABLE or (threads is not None and recorded != threads):
+            continue
+        try:
+            index = json.loads(paths.fit_index(fit_dir).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        return fit_dir.name, index_entries(index)
+    return None, {}
+
+
 def load_latest_fit(store: ResultStore, threads: int | None = None
                     ) -> tuple[FitReport | None, list[str]]:
     """The newest loadable fit of ``store`` and the problems met on the way.
@@ -880,7 +946,8 @@ def runs_allocator(records: Sequence[dict], device: DeviceSpec) -> str | None:
 
 def refit(store: ResultStore, device_key: str | None = None, threads: int | None = None,
           device: DeviceSpec | None = None, run_id: str | None = None,
-          allocator: str | None = None) -> tuple[FitReport, Path, list[str]]:
+          allocator: str | None = None, same_runs: bool = False
+          ) -> tuple[FitReport, Path, list[str]]:
     """Fit ``device_key``'s predictors again from its stored measurement runs
     at ``threads`` torch threads, as a session would (:func:`current_fit`'s
     selection: :func:`fit_run_ids`, under the allocator policy of the newest
@@ -889,9 +956,11 @@ def refit(store: ResultStore, device_key: str | None = None, threads: int | None
     give the same predictors (seeded folds, seeded forests). ``device``: the
     spec to fit for (default: the one stored for that thread count,
     :func:`stored_spec`); ``threads`` None means the spec's; ``allocator``: the
-    policy whose CPU runs to fit on instead of the newest run's. Returns the fit,
-    its folder and the problems met loading the runs; ValueError when no run
-    qualifies."""
+    policy whose CPU runs to fit on instead of the newest run's; ``same_runs``:
+    train on exactly the runs the newest fit of that thread count was trained
+    on (ValueError naming those not stored), so only the code changes. Returns
+    the fit, its folder and the problems met loading the runs; ValueError when
+    no run qualifies."""
     from dataclasses import replace as _replace
 
     from perfmodel.store.results import new_run_id
@@ -902,6 +971,8 @@ def refit(store: ResultStore, device_key: str | None = None, threads: int | None
     if spec.kind == "cpu" and threads is not None and spec.threads != threads:
         spec = _replace(spec, threads=threads)
     loaded = store.load("measurement")
+    if same_runs:
+        loaded.records[:] = _records_of_newest_fit(store, spec, loaded.records)
     if allocator is None:
         allocator = runs_allocator(loaded.records, spec)
     runs = fit_run_ids(loaded.records, spec, allocator)
@@ -925,6 +996,23 @@ def refit(store: ResultStore, device_key: str | None = None, threads: int | None
     folder = save_fit(fitted, store, run_id, runs)
     fitted.path, fitted.device_key = folder, store.device_key
     return fitted, folder, loaded.problems
+
+
+def _records_of_newest_fit(store: ResultStore, spec: DeviceSpec, records: list[dict]
+                           ) -> list[dict]:
+    """The ``records`` of the runs the newest fit of ``spec``'s thread count was
+    trained on; ValueError when there is no such fit or a run is not stored."""
+    threads = spec.threads if spec.kind == "cpu" else None
+    latest, _ = load_latest_fit(store, threads=threads)
+    if latest is None or not latest.data_runs:
+        raise ValueError(f"no fit{'' if threads is None else f' of {threads} thread(s)'} "
+                         f"recording its training runs under {store.dir}")
+    wanted = set(latest.data_runs)
+    missing = sorted(wanted - {str(r.get("run_id")) for r in records})
+    if missing:
+        raise ValueError(f"{len(missing)} of the {len(wanted)} runs fit {latest.path.name} was "
+                         f"trained on are not under {store.runs_dir} (first: {missing[0]})")
+    return [r for r in records if str(r.get("run_id")) in wanted]
 
 
 def gmae_summary(fit: FitReport) -> str:
