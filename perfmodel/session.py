@@ -139,8 +139,9 @@ class Session:
         self._env: dict | None = None
         self._writer = None
         self._fit = None
-        #: (name, recorded accuracy) of the newest stored fit before this session's
-        #: (:func:`perfmodel.fit.fitting.recorded_accuracy`): a fresh sweep's reference
+        #: (name, recorded accuracy) of the newest stored fit trained on other runs than
+        #: :meth:`fit`'s (:func:`perfmodel.fit.fitting.recorded_accuracy`): the previous
+        #: fit, a fresh sweep's reference
         self._previous_fit: tuple = (None, {})
         #: (monotonic s, record field) of the last host speed sample, or None
         self._host_speed: tuple[float, dict] | None = None
@@ -350,9 +351,11 @@ class Session:
         if self._fit is None:
             from perfmodel.fit.fitting import current_fit, recorded_accuracy
 
-            threads = self.device.threads if self.device.kind == "cpu" else None
-            self._previous_fit = recorded_accuracy(self.store.dir, threads)
             self._fit, problems = current_fit(self.store, self.device, self.run_id)
+            if self._fit is not None:
+                threads = self.device.threads if self.device.kind == "cpu" else None
+                self._previous_fit = recorded_accuracy(self.store.dir, threads,
+                                                       self._fit.data_runs)
             self._note_problems(problems)
         return self._fit
 
@@ -399,7 +402,7 @@ class Session:
         self.accuracy.append(acc)
         name, recorded = self._previous_fit
         previous = None
-        if name not in (None, self.run_id, getattr(fit.path, "name", None)):
+        if name is not None:
             entry = recorded.get(f"{op}.{direction}")
             previous = None if entry is None else entry[1:]
         threshold = self.settings.fresh_threshold(op, direction, self.options.profile, previous,

@@ -28,7 +28,8 @@ MARKERS = {
     "e2e": "end-to-end iteration time of one workload: measured against predicted",
     "replay": "replay gate: one committed replay case (device/workload) predicted again with "
               "today's code against its replay baseline, or one committed fit's predictor "
-              "re-scored against its committed GMAE (suites/test_replay.py)",
+              "re-scored against its committed GMAE (suites/test_replay.py; these run only "
+              "when -m names replay)",
     "collective": "a collective across MPI ranks (mpiexec -n N or --perfmodel-ranks N)",
     "stability": "gate-stability experiment: repeated E2E rounds scored with planted biases "
                  "(--perfmodel-rounds); deselected unless -m stability",
@@ -178,6 +179,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         dropped = [item for item in items if item.get_closest_marker("zoo") is not None]
         if dropped:
             items[:] = [item for item in items if item.get_closest_marker("zoo") is None]
+            config.hook.pytest_deselected(items=dropped)
+    if "replay" not in (config.option.markexpr or ""):
+        # the accuracy gate re-fits every committed fit (minutes): it runs when -m names
+        # replay (and in CI, tests/test_accuracy_gate.py), not within a main job's suites/
+        dropped = [item for item in items if "accuracy_case" in getattr(item, "fixturenames", ())]
+        if dropped:
+            items[:] = [item for item in items if item not in dropped]
             config.hook.pytest_deselected(items=dropped)
     items.sort(key=_stage)  # stable: keeps the order within a stage
     items[:] = interleave_sweep(items)

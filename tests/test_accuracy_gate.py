@@ -258,3 +258,32 @@ def test_with_no_fit_to_re_score_the_item_skips_saying_why(pytester, planted_res
     assert out.ret == 0
     out.stdout.fnmatch_lines(["SKIPPED*no committed fit under * has all its training runs "
                               "committed: no predictor to re-score"])
+
+
+def test_the_previous_fit_is_the_newest_trained_on_other_runs(committed):
+    """A fit of the same runs (another xdist worker's, or a --same-runs refit) is
+    not the previous fit: the one before the new data is."""
+    from perfmodel.fit.fitting import recorded_accuracy, refit
+    from perfmodel.store.results import ResultStore
+
+    root, key = committed
+    folder = paths.device_dir(root, key)
+    first = paths.fit_dirs(folder)[-1].name
+    _add_run(root, key, "20261207T010000Z-2-beef")
+    store = ResultStore(root, key)
+    second, _, _ = refit(store, key, THREADS)
+    refit(store, key, THREADS, same_runs=True)  # the same runs again, a newer fit
+    name, entries = recorded_accuracy(folder, THREADS, second.data_runs)
+    assert name == first and set(entries) == {"linear.forward", "linear.backward"}
+    assert recorded_accuracy(folder, THREADS + 1, ()) == (None, {})
+
+
+def test_the_accuracy_gate_runs_only_when_m_names_replay(pytester, committed):
+    """A main job's `pytest suites/` keeps the replay cases (seconds) but not the
+    re-fits of every committed fit (minutes)."""
+    root, _ = committed
+    pytester.makepyfile(test_replay=SUITE)
+    out = run_plugin(pytester, root)
+    out.assert_outcomes(skipped=1, deselected=2)  # skipped: no replay case here
+    out = run_plugin(pytester, root, "-m", "replay")
+    out.assert_outcomes(passed=2, skipped=1)

@@ -794,11 +794,13 @@ def index_entries(index: Mapping) -> dict[str, tuple[str, float, int]]:
     return out
 
 
-def recorded_accuracy(folder: Path, threads: int | None
+def recorded_accuracy(folder: Path, threads: int | None, other_than: Iterable[str] = ()
                       ) -> tuple[str | None, dict[str, tuple[str, float, int]]]:
     """(name, :func:`index_entries`) of the newest fit of ``threads`` torch threads
-    (None: any) under the device folder ``folder``, read from its index without
-    loading its predictors; (None, {}) when there is none."""
+    (None: any) under the device folder ``folder`` that was trained on other runs
+    than ``other_than`` (the runs of the fit it is compared with), read from its
+    index without loading its predictors; (None, {}) when there is none."""
+    exclude = sorted(other_than)
     for fit_dir in reversed(paths.fit_dirs(folder)):
         recorded = _index_threads(fit_dir)
         if recorded is _UNREADABLE or (threads is not None and recorded != threads):
@@ -807,6 +809,9 @@ def recorded_accuracy(folder: Path, threads: int | None
             index = json.loads(paths.fit_index(fit_dir).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue
+        runs = index.get("data_runs") if isinstance(index, dict) else None
+        if isinstance(runs, list) and sorted(map(str, runs)) == exclude:
+            continue  # the same data: the fit itself, or another worker's copy of it
         return fit_dir.name, index_entries(index)
     return None, {}
 
