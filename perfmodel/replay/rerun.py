@@ -12,7 +12,10 @@ give the same output, bit for bit.
 
 Attribution (:func:`attribute`): each task's predicted seconds against its
 traced seconds (host time on a CPU; on CUDA the device time of its kernels
-where it has any), and its contribution to the E2E error,
+where it has any; a host gap or an unmodelled node less the profiler's own
+cost in it and the host's waits for the device, as the overhead table's
+samples are taken, :func:`perfmodel.trace.overheads.samples_from_graph`), and
+its contribution to the E2E error,
 ``(predicted - traced) / measured``. A covered task (the later autograd nodes
 of one op's backward, timed with it) counts as traced time of the nearest
 earlier op task of the same op and direction. Tasks the trace did not time
@@ -20,8 +23,8 @@ earlier op task of the same op and direction. Tasks the trace did not time
 apart. Per family (the breakdown's categories) the contributions sum to
 ``(Σ predicted - Σ traced) / measured`` over the timed tasks; the E2E error is
 that sum, plus the same over the untimed tasks, plus ``(Σ traced - measured) /
-measured`` (what the trace shows that the measurement does not: profiler
-cost, noise), plus ``(predicted - Σ predicted) / measured`` (the schedule:
+measured`` (what the trace shows that the measurement does not: the profiler's
+cost in op tasks, noise), plus ``(predicted - Σ predicted) / measured`` (the schedule:
 overlap, waits).
 """
 
@@ -327,7 +330,7 @@ def attribute(out: Replayed, case: ReplayCase, sims: list[list], total_s: float)
         sim_iter = iter(sim)
         last_op: dict[tuple, dict] = {}
         for index, task in enumerate(graph.tasks):
-            traced = _traced_s(task, case.on_device) / n_ranks
+            traced = _traced_s(task, case.on_device, graph.profiler_overhead_s) / n_ranks
             owner = last_op.get((task.op, task.direction)) if task.kind == "covered" else None
             if owner is not None:
                 owner["traced"] += traced
@@ -372,12 +375,20 @@ def _sorted(rows: list[Attribution]) -> list[Attribution]:
     return sorted(rows, key=lambda a: (-abs(a.contribution), a.name))
 
 
-def _traced_s(task, on_device: bool) -> float:
+def _traced_s(task, on_device: bool, profiler_overhead_s: float) -> float:
     """Traced seconds of a task: its kernels' device time on CUDA where it has
-    any, its host time otherwise (0 when untimed)."""
+    any, its host time otherwise (0 when untimed); a gap's or an unmodelled
+    node's host time less the profiler's cost per gap (per recorded node) and
+    the host's waits, floored at 0: what the overhead table prices."""
     if on_device and task.kernels:
         return sum(k.dur_s for k in task.kernels)
-    return task.measured_s or 0.0
+    if task.measured_s is None:
+        return 0.0
+    if task.kind == "overhead":
+        return max(0.0, task.measured_s - task.waited_s - profiler_overhead_s)
+    if task.kind == "unmodelled":
+        return max(0.0, task.measured_s - task.waited_s - profiler_overhead_s * task.n_nodes)
+    return task.measured_s
 
 
 def _label(task, index: int, rank: int | None) -> str:
