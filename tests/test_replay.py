@@ -378,3 +378,19 @@ def test_a_multirank_case_replays_with_the_op_drift_it_recorded(corpus, captured
     predicted = {name: cases[name]["predicted_s"] for name in ("plain@2", "drifted@2")}
     assert predicted["drifted@2"] > predicted["plain@2"]
     assert "op drift factors must be > 0" in cases["broken@2"]["problem"]
+
+
+def test_attribution_takes_the_profilers_cost_out_of_gaps_and_unmodelled_nodes():
+    """As the overhead table's samples are taken: per gap one profiler cost, per
+    unmodelled node one per recorded node, and the host's waits; floored at 0."""
+    from perfmodel.replay.rerun import _traced_s
+    from perfmodel.trace.graph import Task
+
+    gap = Task("overhead", "T1.op.op", "host overhead", measured_s=10e-6, waited_s=1e-6)
+    leaf = Task("unmodelled", "aten::pow", "unmodelled", measured_s=10e-6, n_nodes=3)
+    op = Task("op", "aten::linear", "gemm", op="linear", direction="forward", measured_s=10e-6)
+    assert _traced_s(gap, False, 2e-6) == pytest.approx(7e-6)
+    assert _traced_s(leaf, False, 2e-6) == pytest.approx(4e-6)
+    assert _traced_s(op, False, 2e-6) == 10e-6
+    assert _traced_s(gap, False, 20e-6) == 0.0
+    assert _traced_s(Task("overhead", "T2.op", "host overhead"), False, 2e-6) == 0.0
