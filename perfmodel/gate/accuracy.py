@@ -55,7 +55,7 @@ class GatedFit:
 
     @property
     def label(self) -> str:
-        return self.device_key if self.threads is None else f"{self.device_key}/{self.threads}t"
+        return fit_label(self.device_key, self.threads)
 
 
 def _index(folder: Path) -> dict | None:
@@ -92,7 +92,7 @@ def gated_fits(root: Path | str) -> tuple[list[GatedFit], list[str]]:
             if threads in seen:
                 continue  # an older fit of this thread count: not the one used
             seen.add(threads)
-            label = key if threads is None else f"{key}/{threads}t"
+            label = fit_label(key, threads)
             runs = tuple(sorted(str(r) for r in index.get("data_runs") or ()))
             missing = [r for r in runs if r not in committed]
             if not runs or missing:
@@ -113,8 +113,13 @@ def accuracy_items(root: Path | str) -> list[tuple[str, int | None, str]]:
     return [(f.device_key, f.threads, target) for f in fits for target in sorted(f.entries)]
 
 
+def fit_label(key: str, threads: int | None) -> str:
+    """``<key>/<N>t``, or ``<key>`` for a fit of no thread count (a GPU's)."""
+    return key if threads is None else f"{key}/{threads}t"
+
+
 def item_id(key: str, threads: int | None, target: str) -> str:
-    return f"{key}/{target}" if threads is None else f"{key}/{threads}t/{target}"
+    return f"{fit_label(key, threads)}/{target}"
 
 
 @dataclass
@@ -195,7 +200,7 @@ class AccuracyGate:
         """Read the fit's training runs and spec (once), as ``perfmodel refit``
         does: the records of its thread count and of the newest run's allocator."""
         from perfmodel.fit.fitting import runs_allocator, stored_spec, training_samples
-        from perfmodel.store.results import ResultStore, read_run_file
+        from perfmodel.store.results import ResultStore, measurements_of
 
         gated = scored.gated
         store = ResultStore(self.root, gated.device_key)
@@ -205,11 +210,8 @@ class AccuracyGate:
             scored.problem = str(exc)
             return
         wanted = set(gated.runs)
-        records = []
-        for path in paths.run_files(store.dir):
-            if paths.run_id_of(path) in wanted:
-                loaded, _ = read_run_file(path, gated.device_key)
-                records += [r for r in loaded if r.get("kind") == "measurement"]
+        records = measurements_of([p for p in paths.run_files(store.dir)
+                                   if paths.run_id_of(p) in wanted], gated.device_key)
         scored.spec = spec
         scored.samples = training_samples(records, spec, runs_allocator(records, spec))
 
@@ -259,8 +261,7 @@ class AccuracyGate:
                 if self.bias else "")
         by_fit: dict[str, list[AccuracyVerdict]] = {}
         for v in self.verdicts:
-            by_fit.setdefault(v.device_key if v.threads is None
-                              else f"{v.device_key}/{v.threads}t", []).append(v)
+            by_fit.setdefault(fit_label(v.device_key, v.threads), []).append(v)
         for label, verdicts in sorted(by_fit.items()):
             changes = [(v.gmae - v.committed, v.target) for v in verdicts if v.gmae is not None]
             worst = max(changes, default=None)

@@ -347,7 +347,7 @@ def _threads_text(threads: int | None) -> str:
 def _refit(store, threads: int | None, committed, needed: set, why: str) -> FitChoice:
     """Refit the ``needed`` predictors from the committed runs of ``store``."""
     from perfmodel.fit.fitting import fit_predictors, fit_run_ids
-    from perfmodel.store.results import data_id, read_run_file
+    from perfmodel.store.results import data_id, measurements_of
 
     spec, problem = _spec(store.dir, store.device_key, threads)
     if spec is None:
@@ -359,10 +359,7 @@ def _refit(store, threads: int | None, committed, needed: set, why: str) -> FitC
         by_id = {paths.run_id_of(p): p for p in files}
         if all(r in by_id for r in committed.data_runs):
             files = [by_id[r] for r in sorted(committed.data_runs)]
-    records = []
-    for path in files:
-        loaded, _ = read_run_file(path, store.device_key)
-        records += [r for r in loaded if r.get("kind") == "measurement"]
+    records = measurements_of(files, store.device_key)
     runs = fit_run_ids(records, spec)
     if not runs:
         return FitChoice(None, None, f"fit: none (committed fit stale: {why})",

@@ -259,6 +259,16 @@ def first_record_kind(path: Path) -> str | None:
     return record.get("kind") if isinstance(record, dict) else None
 
 
+def measurements_of(files: Iterable[Path], device_key: str) -> list[dict]:
+    """The measurement records of the run ``files`` (:func:`read_run_file`; its
+    problems are left to the readers that report them)."""
+    records: list[dict] = []
+    for path in files:
+        loaded, _ = read_run_file(path, device_key)
+        records += [r for r in loaded if r.get("kind") == "measurement"]
+    return records
+
+
 def read_run_file(path: Path, device_key: str) -> tuple[list[dict], list[str]]:
     """Records of one run file (plain or compacted) plus problems, each message
     naming ``path``.
