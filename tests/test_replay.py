@@ -288,8 +288,18 @@ def test_attribution_adds_up(corpus, capsys, device):
     if device == "cuda":  # traced time is the kernels' device time: 40 us, predicted by the fit
         (gemm,) = [f for f in families if f["name"] == "gemm"]
         assert gemm["traced_s"] == pytest.approx(4e-5)
+        host = att["host"]  # and the host's side beside it, adding up the same way
+        assert host["predicted_s"] == pytest.approx(sum(f["predicted_s"]
+                                                        for f in host["families"]))
+        assert host["traced_s"] == pytest.approx(sum(f["traced_s"] for f in host["families"]))
+        assert sum(f["contribution"] for f in host["families"]) == pytest.approx(
+            (host["predicted_s"] - host["traced_s"]) / measured)
+        assert {f["name"] for f in host["families"]} >= {"gemm"}
+    else:
+        assert "host" not in att  # a CPU's families are host time already
     text = _run(capsys, "--results", str(root), "--device", key, "--attribute")
     assert "per family" in text and "worst" in text
+    assert ("host side: predicted" in text) == (device == "cuda")
     assert _run(capsys, "--results", str(root), "--device", key, "--attribute") == text
 
 
@@ -378,6 +388,24 @@ def test_a_multirank_case_replays_with_the_op_drift_it_recorded(corpus, captured
     predicted = {name: cases[name]["predicted_s"] for name in ("plain@2", "drifted@2")}
     assert predicted["drifted@2"] > predicted["plain@2"]
     assert "op drift factors must be > 0" in cases["broken@2"]["problem"]
+
+
+def test_the_host_side_takes_the_profilers_cost_out_per_node_and_per_launch():
+    """A device case's host time per task: its duration less the host's waits,
+    one profiler cost per recorded node (one per gap) and one launch cost per
+    kernel; floored at 0."""
+    from perfmodel.replay.rerun import _traced_host_s
+
+    graph = Graph([], 1e-3, profiler_overhead_s=2e-6, profiler_launch_overhead_s=1e-6)
+    kernels = [Kernel("k", 0, 1e-5, 0.0, 1e-6, 0.0), Kernel("k", 0, 1e-5, 0.0, 1e-6, 0.0)]
+    op = Task("op", "aten::linear", "gemm", op="linear", direction="forward",
+              measured_s=50e-6, waited_s=5e-6, n_nodes=3, kernels=kernels)
+    gap = Task("overhead", "T1.op.op", "host overhead", measured_s=10e-6, n_nodes=7)
+    assert _traced_host_s(op, graph) == pytest.approx(50e-6 - 5e-6 - 3 * 2e-6 - 2 * 1e-6)
+    assert _traced_host_s(gap, graph) == pytest.approx(8e-6)
+    assert _traced_host_s(Task("overhead", "T2.op", "host overhead"), graph) == 0.0
+    assert _traced_host_s(Task("overhead", "T2.op", "host overhead", measured_s=1e-6),
+                          graph) == 0.0
 
 
 def test_attribution_takes_the_profilers_cost_out_of_gaps_and_unmodelled_nodes():

@@ -26,6 +26,13 @@ that sum, plus the same over the untimed tasks, plus ``(Σ traced - measured) /
 measured`` (what the trace shows that the measurement does not: the profiler's
 cost in op tasks, noise), plus ``(predicted - Σ predicted) / measured`` (the schedule:
 overlap, waits).
+
+On CUDA the families compare device time, which says little about an iteration
+the host bounds (the DLRMs at small batch). A device case also gets the host's
+side (:func:`host_side`): per family the host seconds the simulation gives each
+task (launches, gaps, host-only nodes) against the host time the trace shows for
+it, less the profiler's cost per recorded node and per kernel launch and the
+host's waits for the device; and the sums of both beside the measured iteration.
 """
 
 from __future__ import annotations
@@ -81,6 +88,11 @@ class Replayed:
     #: step moves) when they were priced between warm and cold
     #: (:func:`perfmodel.simulate.predict.warm_share`), else None
     warm_share: tuple[float, float] | None = None
+    #: CUDA: the host's side per family (:func:`host_side`; contributions are
+    #: (predicted - traced host seconds) / measured), and its sums (s)
+    host_families: list[Attribution] = field(default_factory=list)
+    host_predicted_s: float | None = None
+    host_traced_s: float | None = None
 
     @property
     def error(self) -> float | None:
@@ -369,6 +381,42 @@ def attribute(out: Replayed, case: ReplayCase, sims: list[list], total_s: float)
     out.untimed_tasks = len(untimed)
     out.trace_delta_s = sum_traced + untimed_traced - measured
     out.schedule_delta_s = total_s - sum_pred - untimed_pred
+    if case.on_device:
+        host_side(out, case, sims)
+
+
+def host_side(out: Replayed, case: ReplayCase, sims: list[list]) -> None:
+    """Fill ``out``'s host side of a device case: per family (the SimTask's
+    category) the host seconds the simulation gives its tasks against the host
+    seconds the trace shows for them (:func:`_traced_host_s`; a covered task's
+    go to the nearest earlier op task of its op and direction), over the tasks
+    the trace timed; several ranks count as their mean per rank."""
+    measured = case.measured_s
+    n_ranks = len(case.graphs)
+    families: dict[str, list] = {}
+    for graph, sim in zip(case.graphs, sims):
+        sim_iter = iter(sim)
+        last_op: dict[tuple, str] = {}
+        for task in graph.tasks:
+            traced = _traced_host_s(task, graph) / n_ranks
+            if task.kind == "covered":
+                family = last_op.get((task.op, task.direction))
+                if family is not None and task.measured_s is not None:
+                    families[family][1] += traced
+                continue
+            st = next(sim_iter)
+            if task.kind == "op":
+                last_op[(task.op, task.direction)] = st.category
+            if task.measured_s is None:
+                continue
+            row = families.setdefault(st.category, [0.0, 0.0, 0])
+            row[0] += st.host_s / n_ranks
+            row[1] += traced
+            row[2] += 1
+    out.host_families = _sorted([Attribution(name, p, t, (p - t) / measured, n)
+                                 for name, (p, t, n) in families.items()])
+    out.host_predicted_s = sum(a.predicted_s for a in out.host_families)
+    out.host_traced_s = sum(a.traced_s for a in out.host_families)
 
 
 def _sorted(rows: list[Attribution]) -> list[Attribution]:
@@ -389,6 +437,18 @@ def _traced_s(task, on_device: bool, profiler_overhead_s: float) -> float:
     if task.kind == "unmodelled":
         return max(0.0, task.measured_s - task.waited_s - profiler_overhead_s * task.n_nodes)
     return task.measured_s
+
+
+def _traced_host_s(task, graph) -> float:
+    """Host seconds the trace shows for ``task`` (0 when untimed): its duration
+    less the host's waits for the device, the profiler's cost per recorded node
+    (one per gap) and its further cost per kernel launch, floored at 0: what the
+    overhead table's samples take out (:func:`perfmodel.trace.overheads.samples_from_graph`)."""
+    if task.measured_s is None:
+        return 0.0
+    nodes = 1 if task.kind == "overhead" else task.n_nodes
+    return max(0.0, task.measured_s - task.waited_s - graph.profiler_overhead_s * nodes
+               - graph.profiler_launch_overhead_s * len(task.kernels))
 
 
 def _label(task, index: int, rank: int | None) -> str:
@@ -459,6 +519,14 @@ def _attribution_lines(case: Replayed) -> list[str]:
         name = a.name if len(a.name) <= NAME_WIDTH else a.name[:NAME_WIDTH - 3] + "..."
         lines.append(f"    {name:<{NAME_WIDTH}}{_ms(a.predicted_s):>13}{_ms(a.traced_s):>13}"
                      f"{_pct(a.contribution):>10}")
+    if case.host_families:
+        lines.append(f"  host side: predicted {_ms(case.host_predicted_s)}, traced "
+                     f"{_ms(case.host_traced_s)} (the profiler's cost out), measured "
+                     f"iteration {_ms(m)}")
+        lines.append(f"  host per family (calls){header[len('  host per family (calls)'):]}")
+        for a in case.host_families:
+            lines.append(f"    {f'{a.name} ({a.count})':<{NAME_WIDTH}}{_ms(a.predicted_s):>13}"
+                         f"{_ms(a.traced_s):>13}{_pct(a.contribution):>10}")
     return lines
 
 
@@ -481,6 +549,11 @@ def to_plain(devices: list[DeviceReplay], attribution: bool = False) -> dict:
                     "schedule_delta_s": case.schedule_delta_s,
                     "warm_share": None if case.warm_share is None else case.warm_share[0],
                     "step_bytes": None if case.warm_share is None else case.warm_share[1]}
+                if case.host_families:
+                    row["attribution"]["host"] = {
+                        "families": [asdict(a) for a in case.host_families],
+                        "predicted_s": case.host_predicted_s,
+                        "traced_s": case.host_traced_s}
             cases[case.workload] = row
         out[dev.device_key] = {"fits": dev.fits, "overhead_workloads": dev.table_workloads,
                                "gmae": dev.gmae, "cases": cases, "problems": dev.problems}
