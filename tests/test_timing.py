@@ -371,6 +371,10 @@ def test_cuda_path_hot_queues_each_block_behind_a_device_hold(monkeypatch):
     m = Timer(planted_op(clock, [1e-3]), device="cuda", clock_ns=clock).measure()
     assert (m.timer, m.cache, m.number) == ("cuda_event_queued", "hot", 1)
     assert m.samples_s == pytest.approx([1e-3] * m.n)  # the holds run before the start event
+    assert m.host_s == pytest.approx(1e-3)  # the host issued each call in the op's 1 ms
+    stored = m.to_stored()
+    assert stored["host_s"] == pytest.approx(1e-3)
+    assert timing.Measurement.from_dict(stored).host_s == pytest.approx(1e-3)
     calibration, holds = log.sleeps[:2], log.sleeps[2:]
     assert calibration == [timing._HOLD_CALIBRATION_CYCLES] * 2  # timed: 1e9 cycles per s
     assert len(holds) == m.warmup_n + m.n  # one before every block
@@ -388,6 +392,26 @@ def test_cuda_path_cold_needs_no_hold(monkeypatch):
     monkeypatch.setattr(timing, "_torch", lambda: torch)
     m = Timer(planted_op(clock, [1e-5]), device="cuda", flush_l2_bytes=2**20, clock_ns=clock).measure()
     assert (m.timer, m.cache) == ("cuda_event", "cold") and log.sleeps == []
+
+
+def test_host_issue_time_is_the_median_of_the_sampled_blocks_per_call(monkeypatch):
+    """Warm-up blocks do not count; a block of `number` calls counts per call."""
+    clock = FakeClock()
+    torch, _ = fake_torch(clock)
+    monkeypatch.setattr(timing, "_torch", lambda: torch)
+    m = Timer(planted_op(clock, [2e-5] * 3 + [1e-5] * 10_000), device="cuda", warmup_s=0,
+              min_warmup=3, min_block_s=1e-4, clock_ns=clock).measure()
+    assert m.number > 1 and m.host_s == pytest.approx(1e-5)  # not the slower warm-up calls
+
+
+def test_a_cpu_timing_has_no_host_time_and_stores_as_before():
+    m = Timer(lambda: None, budget_s=0.01, warmup_s=0).measure()
+    assert m.host_s is None
+    stored = m.to_stored()
+    assert "host_s" not in stored
+    assert timing.Measurement.from_dict(stored).host_s is None  # as records stored before it
+    with pytest.raises(ValueError, match="host_s"):
+        timing.Measurement.from_dict({**m.to_dict(), "host_s": -1.0})
 
 
 def test_cuda_path_without_cuda_raises(monkeypatch):

@@ -149,6 +149,10 @@ class Measurement:
 
     `n` samples were taken, each timing `number` back-to-back calls and divided by
     `number`; `samples_s` holds those per-call values in sampling order.
+    `host_s` (CUDA only, else None) is the median over the samples of the host
+    seconds per call spent issuing them: what the op costs the host, unprofiled.
+    An op that waits for the device inside it (a sync) also waits there for the
+    timer's device hold, so its `host_s` says more about the hold than the op.
     """
 
     median_s: float
@@ -165,6 +169,7 @@ class Measurement:
     cache: str
     threads: int | None
     samples_s: tuple[float, ...]
+    host_s: float | None = None
 
     def __post_init__(self):
         for name in _SECONDS_FIELDS:
@@ -191,6 +196,11 @@ class Measurement:
         if len(samples) not in (0, self.n):
             raise ValueError(f"Measurement.samples_s has {len(samples)} values but n is {self.n} (keep all or none)")
         object.__setattr__(self, "samples_s", tuple(float(s) for s in samples))
+        if self.host_s is not None:
+            if not _is_real(self.host_s) or not math.isfinite(self.host_s) or self.host_s < 0:
+                raise ValueError(f"Measurement.host_s must be None or a finite number >= 0, "
+                                 f"got {self.host_s!r}")
+            object.__setattr__(self, "host_s", float(self.host_s))
 
     @property
     def rel_ci_halfwidth(self) -> float:
@@ -230,6 +240,10 @@ class Measurement:
         samples = d.pop("samples_s")
         median = d["median_s"]
         d["samples_pct"] = [round(100.0 * s / median) if median > 0 else 0 for s in samples]
+        if d["host_s"] is None:
+            del d["host_s"]  # a host timing: the record stays as it was before the field
+        else:
+            d["host_s"] = _significant(d["host_s"], STORED_DIGITS)
         return d
 
     @classmethod
@@ -250,6 +264,8 @@ class Measurement:
                  "samples_s": stored_samples_s(d)}
         if isinstance(d, dict) and not isinstance(d.get("samples_s", []), (list, tuple)):
             raise ValueError(f"Measurement.samples_s must be a list, got {type(d['samples_s']).__name__}")
+        if isinstance(d, dict) and "host_s" not in d:  # stored before the field existed, or a CPU's
+            d = {**d, "host_s": None}
         return dataclass_from_dict(cls, d)
 
     @classmethod
@@ -263,6 +279,7 @@ class Measurement:
         timer: str,
         cache: str,
         threads: int | None,
+        host_s: float | None = None,
     ) -> "Measurement":
         """Summarise per-call samples (seconds) with numpy."""
         np = _np()
@@ -286,6 +303,7 @@ class Measurement:
             cache=cache,
             threads=threads,
             samples_s=tuple(float(s) for s in data),
+            host_s=host_s,
         )
 
 
@@ -481,7 +499,11 @@ class Timer:
             return self._measure_cpu()
         return self._measure_cuda()
 
-    def _run(self, time_block, *, before_sample, force_single: bool, timer: str, cache: str, threads):
+    def _run(self, time_block, *, before_sample, force_single: bool, timer: str, cache: str, threads,
+             issued: list[float] | None = None):
+        """Warm up, size blocks, sample and summarise. ``issued`` (CUDA): a list
+        ``time_block`` appends the host seconds per call of each block it issues
+        to; the median over the sampled blocks becomes the result's ``host_s``."""
         warmup_n, estimate_s = warm_up(
             time_block, warmup_s=self.warmup_s, min_warmup=self.min_warmup, clock_ns=self.clock_ns
         )
@@ -496,6 +518,10 @@ class Timer:
             clock_ns=self.clock_ns,
             before_sample=before_sample,
         )
+        host_s = None
+        if issued:
+            host = sorted(issued[-len(samples):])  # one block per sample, the last ones
+            host_s = _median_of_sorted(host)
         return Measurement.from_samples(
             samples,
             number=number,
@@ -504,6 +530,7 @@ class Timer:
             timer=timer,
             cache=cache,
             threads=threads,
+            host_s=host_s,
         )
 
     def _measure_cpu(self) -> Measurement:
@@ -542,6 +569,7 @@ class Timer:
             # host issues its one call
             hold = None if cold else _device_hold(torch, index)
             issue_s = [MIN_HOLD_S]  # host seconds the last block took to issue
+            issued: list[float] = []  # host seconds per call of each block
 
             def time_block(number: int) -> float:
                 if hold is not None:
@@ -552,6 +580,7 @@ class Timer:
                     fn()
                 end_event.record()
                 issue_s[0] = (clock_ns() - start) / _NS_PER_S
+                issued.append(issue_s[0] / number)
                 torch.cuda.synchronize(index)
                 return start_event.elapsed_time(end_event) / _MS_PER_S
 
@@ -568,6 +597,7 @@ class Timer:
                 timer="cuda_event" if hold is None else "cuda_event_queued",
                 cache="cold" if cold else "hot",
                 threads=None,
+                issued=issued,
             )
 
 
