@@ -5,7 +5,8 @@ Example::
     [tool.perfmodel]
     default_gmae_threshold = 0.15   # fraction; an accuracy item fails above it
     smoke_gmae_threshold = 5.0      # the smoke profile's few tiny configs: catches a broken fit
-    e2e_spread_k = 4.0              # gate: allowed = |baseline mean| + max(k * spread, min margin)
+    e2e_spread_k = 4.0              # gate: allowed = |baseline mean| + max(k * spread * b(n), min margin)
+    e2e_spread_confidence = 0.95    # b(n): the spread of n runs at this upper bound (0: as measured)
     e2e_min_margin = 0.01           # fraction (1 percentage point): the least allowed growth
     baseline_runs = 5               # runs of each E2E workload --perfmodel-save-baseline records
     replay_tolerance = 0.005        # replay gate: allowed change of a replayed error (0.5 pp)
@@ -27,13 +28,15 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfmodel.gate.baseline import DEFAULT_MIN_MARGIN, DEFAULT_SPREAD_K, GatePolicy
+from perfmodel.gate.baseline import (DEFAULT_MIN_MARGIN, DEFAULT_SPREAD_CONFIDENCE,
+                                     DEFAULT_SPREAD_K, GatePolicy)
 from perfmodel.ops import OPS
 
 DEFAULT_GMAE_THRESHOLD = 0.15
 DEFAULT_SMOKE_GMAE_THRESHOLD = 1.5
 DEFAULT_E2E_SPREAD_K = DEFAULT_SPREAD_K
 DEFAULT_E2E_MIN_MARGIN = DEFAULT_MIN_MARGIN
+DEFAULT_E2E_SPREAD_CONFIDENCE = DEFAULT_SPREAD_CONFIDENCE
 DEFAULT_BASELINE_RUNS = 5
 #: The replay gate's tolerance: absolute change of a replayed error (fraction: 0.5 pp).
 DEFAULT_REPLAY_TOLERANCE = 0.005
@@ -45,7 +48,7 @@ DEFAULT_FRESH_GMAE_SLACK = 0.30
 _KNOWN_KEYS = ("default_gmae_threshold", "gmae_thresholds", "smoke_gmae_threshold",
                "e2e_spread_k", "e2e_min_margin", "baseline_runs", "e2e_ceilings",
                "replay_tolerance", "replay_fail_on_improvement", "accuracy_tolerance",
-               "fresh_gmae_slack")
+               "fresh_gmae_slack", "e2e_spread_confidence")
 #: Keys that used to exist, and what to do instead.
 _RETIRED_KEYS = {
     "e2e_tolerance": "the gate now allows baseline mean + max(e2e_spread_k * spread, "
@@ -62,7 +65,9 @@ class SettingsError(ValueError):
 class Settings:
     """Accuracy thresholds and the E2E gate's policy (fractions unless said otherwise).
 
-    ``e2e_spread_k`` multiplies the baseline spread; ``e2e_min_margin`` is the least
+    ``e2e_spread_k`` multiplies the baseline spread, taken at its upper one-sided
+    ``e2e_spread_confidence`` bound for its number of runs
+    (:func:`perfmodel.gate.baseline.spread_bound`); ``e2e_min_margin`` is the least
     growth the gate allows; ``baseline_runs`` is how many times saving a baseline
     repeats each E2E workload; ``e2e_ceilings`` caps a workload's error absolutely.
     ``replay_tolerance`` is how far a replayed error may grow (and, with
@@ -78,6 +83,7 @@ class Settings:
     smoke_gmae_threshold: float = DEFAULT_SMOKE_GMAE_THRESHOLD
     e2e_spread_k: float = DEFAULT_E2E_SPREAD_K
     e2e_min_margin: float = DEFAULT_E2E_MIN_MARGIN
+    e2e_spread_confidence: float = DEFAULT_E2E_SPREAD_CONFIDENCE
     baseline_runs: int = DEFAULT_BASELINE_RUNS
     e2e_ceilings: dict[str, float] = field(default_factory=dict)
     replay_tolerance: float = DEFAULT_REPLAY_TOLERANCE
@@ -110,7 +116,8 @@ class Settings:
     def gate_policy(self) -> GatePolicy:
         """The E2E gate's policy from these settings."""
         return GatePolicy(k=self.e2e_spread_k, min_margin=self.e2e_min_margin,
-                          ceilings=dict(self.e2e_ceilings))
+                          ceilings=dict(self.e2e_ceilings),
+                          spread_confidence=self.e2e_spread_confidence)
 
 
 def load_settings(pyproject: Path) -> Settings:
@@ -142,6 +149,8 @@ def load_settings(pyproject: Path) -> Settings:
                                                  DEFAULT_SMOKE_GMAE_THRESHOLD)),
         e2e_spread_k=_spread_k(pyproject, table.get("e2e_spread_k", DEFAULT_E2E_SPREAD_K)),
         e2e_min_margin=_margin(pyproject, table.get("e2e_min_margin", DEFAULT_E2E_MIN_MARGIN)),
+        e2e_spread_confidence=_confidence(pyproject, table.get("e2e_spread_confidence",
+                                                               DEFAULT_E2E_SPREAD_CONFIDENCE)),
         baseline_runs=_runs(pyproject, table.get("baseline_runs", DEFAULT_BASELINE_RUNS)),
         e2e_ceilings=_ceilings(pyproject, table.get("e2e_ceilings", {})),
         replay_tolerance=_tolerance(pyproject, "replay_tolerance",
@@ -205,6 +214,13 @@ def _spread_k(path: Path, value: object) -> float:
     if not _is_number(value) or not math.isfinite(value) or value <= 0:
         raise SettingsError(f"{path}: [tool.perfmodel] e2e_spread_k = {value!r} is not a "
                             f"positive number such as 3.0 (times the baseline spread)")
+    return float(value)
+
+
+def _confidence(path: Path, value: object) -> float:
+    if not _is_number(value) or not 0 <= value < 1:
+        raise SettingsError(f"{path}: [tool.perfmodel] e2e_spread_confidence = {value!r} is "
+                            f"not a fraction in [0, 1) such as 0.95 (0: the spread as measured)")
     return float(value)
 
 

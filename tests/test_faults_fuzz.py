@@ -126,6 +126,7 @@ def test_fit_loader_loads_or_names_the_file(tmp_path_factory, saved_fit, data):
 
 # -- settings (settings.load_settings) -------------------------------------------------
 KEYS = ["default_gmae_threshold", "smoke_gmae_threshold", "e2e_spread_k", "e2e_min_margin",
+        "e2e_spread_confidence",
         "baseline_runs", "gmae_thresholds", "e2e_ceilings", "e2e_tolerance", "colour"]
 toml_scalars = st.one_of(
     st.integers(-5, 20).map(str), st.floats(-1, 20, allow_nan=False).map(repr),

@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from perfmodel.gate.baseline import (BASELINE_SCHEMA, Baseline, BaselineEntry, GatePolicy, check_errors,
-                            error_fails, load_baseline, overhead_check, save_baseline)
+                            error_fails, load_baseline, overhead_check, save_baseline,
+                            spread_bound)
 
 DETERMINISTIC = settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 ENV = {"torch": "2.13.0+cpu", "fbgemm": "1.8.0", "python": "3.11.9", "commit": "abc",
@@ -76,8 +77,8 @@ def test_entry_rejects_empty_and_bad_errors(errors):
 # -- verdicts ----------------------------------------------------------------------------
 def test_k_times_spread_sets_the_allowed_error():
     base = baseline(a=BaselineEntry(0.032, 0.004, 5, (0.032,) * 5))  # spread planted
-    # allowed = 3.20% + 3 x 0.40% = 4.40%
-    policy = GatePolicy(k=3.0, min_margin=0.01)
+    # allowed = 3.20% + 3 x 0.40% = 4.40% (the spread as measured)
+    policy = GatePolicy(k=3.0, min_margin=0.01, spread_confidence=0)
     ok = by_name(check_errors({"a": 0.0439}, base, policy))["a"]
     bad = by_name(check_errors({"a": 0.091}, base, policy))["a"]
     assert ok.status == "ok" and not ok.failed and ok.allowed == pytest.approx(0.044)
@@ -87,12 +88,38 @@ def test_k_times_spread_sets_the_allowed_error():
     assert ok.line().startswith("ok   a: E2E error +4.39% within baseline +3.20%")
 
 
+def test_the_spread_of_few_runs_is_taken_at_its_upper_bound():
+    """Five runs' sample spread is often far below the true one: at 95% one-sided
+    confidence the true one is up to 2.37 times it, and the gate allows k times that."""
+    base = baseline(a=BaselineEntry(0.032, 0.004, 5, (0.032,) * 5))
+    policy = GatePolicy(k=3.0, min_margin=0.01)  # spread_confidence 0.95 by default
+    assert policy.bound(5) == pytest.approx(2.3724, abs=1e-4)
+    allowed = 0.032 + 3 * 0.004 * policy.bound(5)
+    ok = by_name(check_errors({"a": allowed * 0.999}, base, policy))["a"]
+    bad = by_name(check_errors({"a": allowed * 1.001}, base, policy))["a"]
+    assert not ok.failed and ok.allowed == pytest.approx(allowed) and bad.failed
+    assert "± 3.0×spread 0.40%×2.37 (5 runs) (allowed |error| ≤ 6.05%)" in bad.line()
+    many = baseline(a=BaselineEntry(0.032, 0.004, 40, (0.032,) * 40))
+    assert by_name(check_errors({"a": 0.05}, many, policy))["a"].failed  # 40 runs: x1.23
+
+
+def test_spread_bound_falls_to_one_with_the_number_of_runs():
+    values = [spread_bound(n) for n in range(2, 200)]
+    assert values == sorted(values, reverse=True) and values[-1] > 1
+    assert spread_bound(5) == pytest.approx(2.3724, abs=1e-4)
+    assert spread_bound(20) == pytest.approx(1.3704, abs=1e-4)
+    assert spread_bound(5, 0.5) == pytest.approx(1.0916, abs=1e-4)
+    assert spread_bound(1) == spread_bound(5, 0.0) == 1.0
+    with pytest.raises(ValueError, match="spread_confidence"):
+        GatePolicy(spread_confidence=1.0)
+
+
 def test_errors_are_signed_and_judged_by_magnitude():
     """A workload predicted close to its time has errors of both signs: their spread,
     not the spread of their magnitudes, is its noise."""
     e = entry(-0.05, 0.03, -0.02, 0.04)
     assert e.mean == pytest.approx(0.0) and e.spread == pytest.approx(0.0424, rel=1e-2)
-    policy = GatePolicy(k=3.0)
+    policy = GatePolicy(k=3.0, spread_confidence=0)
     assert not check_errors({"a": -0.12}, baseline(a=e), policy).failed
     assert check_errors({"a": -0.13}, baseline(a=e), policy).failed
     under = baseline(a=entry(-0.20, -0.22, -0.18))  # mean -20%, spread 2%
@@ -113,9 +140,10 @@ def test_min_margin_floors_a_quiet_baseline():
 def test_larger_k_allows_more():
     base = baseline(a=BaselineEntry(0.05, 0.01, 5, (0.05,) * 5))
     error = {"a": 0.075}
-    assert check_errors(error, base, GatePolicy(k=2.0)).failed
-    assert not check_errors(error, base, GatePolicy(k=3.0)).failed
-    assert "2.5×spread 1.00%" in check_errors(error, base, GatePolicy(k=2.5)).verdicts[0].line()
+    assert check_errors(error, base, GatePolicy(k=2.0, spread_confidence=0)).failed
+    assert not check_errors(error, base, GatePolicy(k=3.0, spread_confidence=0)).failed
+    assert "2.5×spread 1.00%" in check_errors(error, base, GatePolicy(
+        k=2.5, spread_confidence=0)).verdicts[0].line()
 
 
 def test_ceiling_fails_even_within_the_baseline_and_without_one():
@@ -198,7 +226,8 @@ def test_bad_policy_is_rejected(kwargs):
 errors_lists = st.lists(st.floats(min_value=-1, max_value=5, allow_nan=False), min_size=1,
                         max_size=10)
 policies = st.builds(GatePolicy, k=st.floats(min_value=0.1, max_value=10),
-                     min_margin=st.floats(min_value=0, max_value=0.2))
+                     min_margin=st.floats(min_value=0, max_value=0.2),
+                     spread_confidence=st.sampled_from([0.0, 0.5, 0.95]))
 
 
 @DETERMINISTIC
@@ -207,7 +236,8 @@ def test_mean_never_fails_and_above_allowed_always_fails(errors, policy, excess)
     e = BaselineEntry.from_errors(errors)
     base = baseline(w=e)
     assert not check_errors({"w": e.mean}, base, policy).failed
-    allowed = abs(e.mean) + max(policy.k * e.spread, policy.min_margin)
+    allowed = abs(e.mean) + max(policy.k * e.spread * spread_bound(e.n, policy.spread_confidence),
+                                policy.min_margin)
     above = max(math.nextafter(allowed, math.inf), allowed + excess)
     for error in (above, -above):
         report = check_errors({"w": error}, base, policy)
@@ -383,7 +413,7 @@ def drift_baseline(mean_error=-0.01, predicted=(0.100, 0.101, 0.099, 0.100)):
 
 
 def test_a_prediction_that_moved_and_worsens_the_expected_error_fails():
-    base, policy = drift_baseline(), GatePolicy(k=4.0, min_margin=0.01)
+    base, policy = drift_baseline(), GatePolicy(k=4.0, min_margin=0.01, spread_confidence=0)
     e = base.entries["w"]
     assert policy.allowed_drift(e) == pytest.approx(4 * e.predicted_spread)
     # the measured error is well inside its wide band; the prediction moved +9%
@@ -395,7 +425,7 @@ def test_a_prediction_that_moved_and_worsens_the_expected_error_fails():
 
 
 def test_a_small_or_improving_prediction_move_passes():
-    policy = GatePolicy(k=4.0, min_margin=0.01)
+    policy = GatePolicy(k=4.0, min_margin=0.01, spread_confidence=0)
     base = drift_baseline()
     assert not check_errors({"w": 0.0}, base, policy, predicted_s={"w": 0.1005}, fit_data=FIT).failed
     under = drift_baseline(mean_error=-0.10)  # under-predicted: a +8% move improves it
@@ -423,7 +453,7 @@ def test_drift_is_checked_only_on_the_baselines_training_data():
 @settings(max_examples=200)
 def test_drift_fails_exactly_when_beyond_the_band_and_worse(mean, shift):
     base = drift_baseline(mean_error=mean)
-    e, policy = base.entries["w"], GatePolicy(k=4.0, min_margin=0.01)
+    e, policy = base.entries["w"], GatePolicy(k=4.0, min_margin=0.01, spread_confidence=0)
     predicted = e.predicted_mean_s * (1 + shift)
     verdict = by_name(check_errors({"w": mean}, base, policy, predicted_s={"w": predicted},
                                     fit_data=FIT))["w"]
@@ -543,7 +573,7 @@ def test_the_overhead_check_fails_exactly_beyond_its_band(ratios, factor, traced
     policy = GatePolicy(k=3.0, min_margin=0.01)
     mean = sum(ratios) / len(ratios)
     verdict = overhead_check({"w": (mean * factor * traced, traced)}, base, policy)
-    allowed = max(3.0 * statistics.stdev(ratios) / mean, 0.01)
+    allowed = max(3.0 * statistics.stdev(ratios) / mean * spread_bound(len(ratios)), 0.01)
     assert verdict.shift == pytest.approx(factor - 1, rel=1e-6, abs=1e-9)
     if abs(factor - 1) > allowed * (1 + 1e-6):
         assert verdict.failed

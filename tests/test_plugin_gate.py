@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tests.helpers import (BASE, GATE_SUITE, THREADS, plant_baseline, run_lines, run_paths,
-                           run_plugin)
+from tests.helpers import (BASE, GATE_SUITE, THREADS, plant_baseline, planted_settings,
+                           run_lines, run_paths, run_plugin)
 
 pytestmark = pytest.mark.usefixtures("heavy_modules_loaded_once")
 
@@ -101,6 +101,7 @@ def test_e2e(workload):
 
 def run_xdist(pytester, results, *args):
     """pytest -n 2, one test file per worker (--dist loadfile), in a subprocess."""
+    planted_settings(pytester)
     return pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
         f"--perfmodel-results={results}", f"--perfmodel-threads={THREADS}", *args,

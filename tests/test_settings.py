@@ -61,6 +61,9 @@ def test_gate_settings_become_the_policy(tmp_path):
     policy = s.gate_policy()
     assert policy == GatePolicy(k=2.0, min_margin=0.02, ceilings={WORKLOAD: 0.4})
     assert isinstance(policy.k, float)
+    assert policy.spread_confidence == 0.95  # the default: n runs' spread at its upper bound
+    off = load_settings(write(tmp_path, '[tool.perfmodel]\ne2e_spread_confidence = 0\n'))
+    assert off.gate_policy().bound(5) == 1.0
 
 
 def test_zero_min_margin_is_allowed(tmp_path):
@@ -78,6 +81,9 @@ def test_zero_min_margin_is_allowed(tmp_path):
     ('[tool.perfmodel]\ne2e_spread_k = -3.0\n', "e2e_spread_k = -3.0"),
     ('[tool.perfmodel]\ne2e_spread_k = nan\n', "e2e_spread_k = nan"),
     ('[tool.perfmodel]\ne2e_spread_k = "3"\n', "e2e_spread_k = '3'"),
+    ('[tool.perfmodel]\ne2e_spread_confidence = 1\n', "e2e_spread_confidence = 1 "),
+    ('[tool.perfmodel]\ne2e_spread_confidence = -0.1\n', "e2e_spread_confidence = -0.1"),
+    ('[tool.perfmodel]\ne2e_spread_confidence = "95%"\n', "e2e_spread_confidence = '95%'"),
     ('[tool.perfmodel]\ne2e_min_margin = -0.01\n', "e2e_min_margin = -0.01"),
     ('[tool.perfmodel]\ne2e_min_margin = inf\n', "e2e_min_margin = inf"),
     ('[tool.perfmodel]\nbaseline_runs = 1\n', "baseline_runs = 1 "),

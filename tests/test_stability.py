@@ -16,7 +16,7 @@ from perfmodel.gate.stability import (DEFAULT_VARIANTS, StabilityTally, predict_
 # b: always +10%: spread 0, so the minimum margin: allowed 10% + 1% = 11%.
 BASELINE = Baseline("cpu-test-1c", {"a": BaselineEntry.from_errors([-0.02, 0.0, 0.02]),
                                     "b": BaselineEntry.from_errors([0.1, 0.1])}, {})
-POLICY = GatePolicy(k=3.0, min_margin=0.01)
+POLICY = GatePolicy(k=3.0, min_margin=0.01, spread_confidence=0)  # the spread as measured
 
 
 def test_smallest_detectable_shift_comes_from_the_baseline():

@@ -5,10 +5,17 @@ The baseline keeps, per workload, the signed errors of ``n`` repeated runs of
 unchanged code, their mean and their sample standard deviation (the spread). A
 new error fails when its magnitude exceeds
 
-    allowed = |mean| + max(k * spread, min_margin)
+    allowed = |mean| + max(k * spread * b(n), min_margin)
 
 so a noisy workload gets room in proportion to its measured noise, and a quiet one
 still gets ``min_margin`` (one percentage point by default) rather than none.
+``b(n)`` (:func:`spread_bound`) takes the spread of ``n`` runs to the upper
+one-sided ``spread_confidence`` bound (95% by default) of the true spread: five
+runs' sample spread is below the true one half the time and often far below
+(with 95% confidence the true one is up to 2.37 times it), and ``k`` times an
+underestimate is no floor. With many runs ``b(n)`` tends to 1 (1.37 at 20 runs).
+Every spread below (predictions, host-overhead ratios) gets the same bound for
+its own number of runs.
 
 That check is bounded by how much the *measured* time moves between runs. A change
 of the model shows much more sharply in the *predicted* time, which moves only with
@@ -65,6 +72,7 @@ host-overhead seconds; the i-th pairs of every workload are taken as one run.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
@@ -78,6 +86,9 @@ from perfmodel.store.results import run_start_s
 
 BASELINE_SCHEMA = 2
 DEFAULT_SPREAD_K = 3.0
+#: One-sided confidence that the spread the gate multiplies by ``k`` is not below
+#: the true spread of what it was measured over (:func:`spread_bound`).
+DEFAULT_SPREAD_CONFIDENCE = 0.95
 DEFAULT_MIN_MARGIN = 0.01
 #: Environment keys whose change between baseline and run is worth a warning.
 WARN_ENV_KEYS = ("torch", "fbgemm", "python")
@@ -509,38 +520,63 @@ def _per_run(raw: dict, key: str, n: int, where: str, what: str, check) -> tuple
 
 
 # -- verdicts ----------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def spread_bound(n: int, confidence: float = DEFAULT_SPREAD_CONFIDENCE) -> float:
+    """The factor taking the sample standard deviation of ``n`` values to the upper
+    one-sided ``confidence`` bound of their true standard deviation (normal
+    values): ``sqrt((n - 1) / chi2_{1 - confidence}(n - 1))``. 1 when
+    ``confidence`` is 0 (the sample spread as it is) or ``n < 2``."""
+    if confidence <= 0 or n < 2:
+        return 1.0
+    from scipy.stats import chi2
+
+    return math.sqrt((n - 1) / float(chi2.ppf(1.0 - confidence, n - 1)))
+
+
 @dataclass(frozen=True)
 class GatePolicy:
     """How far an E2E error's magnitude (a fraction) may exceed its baseline's.
 
-    ``k`` multiplies the baseline spread; ``min_margin`` is the least allowed growth
-    (0.01 = one percentage point); ``ceilings`` maps a workload to an absolute
-    error it must never exceed, baseline or not.
+    ``k`` multiplies the baseline spread, taken at its upper one-sided
+    ``spread_confidence`` bound for the number of runs it came from
+    (:func:`spread_bound`; 0: as measured); ``min_margin`` is the least allowed
+    growth (0.01 = one percentage point); ``ceilings`` maps a workload to an
+    absolute error it must never exceed, baseline or not.
     """
 
     k: float = DEFAULT_SPREAD_K
     min_margin: float = DEFAULT_MIN_MARGIN
     ceilings: dict[str, float] = field(default_factory=dict)
+    spread_confidence: float = DEFAULT_SPREAD_CONFIDENCE
 
     def __post_init__(self) -> None:
         if not _is_number(self.k) or not math.isfinite(self.k) or self.k <= 0:
             raise ValueError(f"GatePolicy k = {self.k!r} is not a positive number")
+        if not _is_number(self.spread_confidence) or not 0 <= self.spread_confidence < 1:
+            raise ValueError(f"GatePolicy spread_confidence = {self.spread_confidence!r} is "
+                             f"not a fraction in [0, 1)")
         _check_error_value(self.min_margin, "GatePolicy min_margin")
         for workload, ceiling in self.ceilings.items():
             if not _is_number(ceiling) or not math.isfinite(ceiling) or ceiling <= 0:
                 raise ValueError(f"GatePolicy ceilings[{workload!r}] = {ceiling!r} is not "
                                  f"a positive fraction")
 
+    def bound(self, n: int) -> float:
+        """:func:`spread_bound` of ``n`` runs at this policy's confidence."""
+        return spread_bound(n, self.spread_confidence)
+
     def allowed(self, entry: BaselineEntry) -> float:
         """The largest E2E error magnitude (fraction) that passes against ``entry``."""
-        return abs(entry.mean) + max(self.k * entry.spread, self.min_margin)
+        return abs(entry.mean) + max(self.k * entry.spread * self.bound(entry.n),
+                                     self.min_margin)
 
     def allowed_drift(self, entry: BaselineEntry) -> float | None:
         """The largest relative move of the predicted time from ``entry``'s mean
         prediction that passes (a fraction); None when ``entry`` has no predictions."""
         if entry.predicted_spread is None:
             return None
-        return max(self.k * entry.predicted_spread, self.min_margin)
+        return max(self.k * entry.predicted_spread * self.bound(len(entry.predicted_s)),
+                   self.min_margin)
 
 
 @dataclass(frozen=True)
@@ -606,9 +642,12 @@ class Verdict:
                 f"{self.allowed:.2%})")
 
     def _margin_text(self) -> str:
-        k, spread = self.policy.k, self.entry.spread
-        if k * spread >= self.policy.min_margin:
-            return f"{_k_text(k)}×spread {spread:.2%}"
+        k, spread, n = self.policy.k, self.entry.spread, self.entry.n
+        bound = self.policy.bound(n)
+        if k * spread * bound >= self.policy.min_margin:
+            if bound == 1.0:
+                return f"{_k_text(k)}×spread {spread:.2%}"
+            return f"{_k_text(k)}×spread {spread:.2%}×{bound:.2f} ({n} runs)"
         return f"minimum margin {self.policy.min_margin:.2%}"
 
 
@@ -646,7 +685,8 @@ class OverheadVerdict:
     @property
     def allowed(self) -> float:
         """The largest passing |shift| (a fraction)."""
-        return max(self.policy.k * self.spread, self.policy.min_margin)
+        return max(self.policy.k * self.spread * self.policy.bound(len(self.baseline_ratios)),
+                   self.policy.min_margin)
 
     @property
     def failed(self) -> bool:
