@@ -11,7 +11,7 @@ so a noisy workload gets room in proportion to its measured noise, and a quiet o
 still gets ``min_margin`` (one percentage point by default) rather than none.
 ``b(n)`` (:func:`spread_bound`) takes the spread of ``n`` runs to the upper
 one-sided ``spread_confidence`` bound (95% by default) of the true spread: five
-runs' sample spread is below the true one half the time and often far below
+runs' sample spread is below the true one six times in ten and often far below
 (with 95% confidence the true one is up to 2.37 times it), and ``k`` times an
 underestimate is no floor. With many runs ``b(n)`` tends to 1 (1.37 at 20 runs).
 Every spread below (predictions, host-overhead ratios) gets the same bound for
