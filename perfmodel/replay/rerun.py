@@ -343,32 +343,32 @@ def attribute(out: Replayed, case: ReplayCase, sims: list[list], total_s: float)
         last_op: dict[tuple, dict] = {}
         for index, task in enumerate(graph.tasks):
             traced = _traced_s(task, case.on_device, graph.profiler_overhead_s) / n_ranks
+            host_traced = _traced_host_s(task, graph) / n_ranks if case.on_device else 0.0
             owner = last_op.get((task.op, task.direction)) if task.kind == "covered" else None
             if owner is not None:
                 owner["traced"] += traced
+                owner["host_traced"] += host_traced
                 continue
             if task.kind == "covered":  # no earlier op task: its own row, predicted 0
-                family, predicted = task.family, 0.0
+                family, predicted, host_predicted = task.family, 0.0, None
             else:
                 st = next(sim_iter)
                 family = st.category
                 predicted = (sum(d for _, d in st.kernels) if st.kernels else st.host_s) / n_ranks
+                host_predicted = st.host_s / n_ranks
             row = {"name": _label(task, index, rank if n_ranks > 1 else None), "family": family,
                    "predicted": predicted, "traced": traced, "listed": task.kind != "overhead",
-                   "timed": task.measured_s is not None or (case.on_device and task.kernels)}
+                   "timed": task.measured_s is not None or (case.on_device and task.kernels),
+                   "host_predicted": host_predicted, "host_traced": host_traced,
+                   "host_timed": host_predicted is not None and task.measured_s is not None}
             rows.append(row)
             if task.kind == "op":
                 last_op[(task.op, task.direction)] = row
-    families: dict[str, list] = {}
+    if case.on_device:
+        host_side(out, [row for row in rows if row["host_timed"]], measured)
     untimed = [row for row in rows if not row["timed"]]
     rows = [row for row in rows if row["timed"]]
-    for row in rows:
-        fam = families.setdefault(row["family"], [0.0, 0.0, 0])
-        fam[0] += row["predicted"]
-        fam[1] += row["traced"]
-        fam[2] += 1
-    out.families = _sorted([Attribution(name, p, t, (p - t) / measured, n)
-                            for name, (p, t, n) in families.items()])
+    out.families = _by_family(rows, "predicted", "traced", measured)
     out.ops = _sorted([Attribution(r["name"], r["predicted"], r["traced"],
                                    (r["predicted"] - r["traced"]) / measured)
                        for r in rows if r["listed"]])[:TOP_OPS]
@@ -381,42 +381,30 @@ def attribute(out: Replayed, case: ReplayCase, sims: list[list], total_s: float)
     out.untimed_tasks = len(untimed)
     out.trace_delta_s = sum_traced + untimed_traced - measured
     out.schedule_delta_s = total_s - sum_pred - untimed_pred
-    if case.on_device:
-        host_side(out, case, sims)
 
 
-def host_side(out: Replayed, case: ReplayCase, sims: list[list]) -> None:
-    """Fill ``out``'s host side of a device case: per family (the SimTask's
-    category) the host seconds the simulation gives its tasks against the host
-    seconds the trace shows for them (:func:`_traced_host_s`; a covered task's
-    go to the nearest earlier op task of its op and direction), over the tasks
-    the trace timed; several ranks count as their mean per rank."""
-    measured = case.measured_s
-    n_ranks = len(case.graphs)
-    families: dict[str, list] = {}
-    for graph, sim in zip(case.graphs, sims):
-        sim_iter = iter(sim)
-        last_op: dict[tuple, str] = {}
-        for task in graph.tasks:
-            traced = _traced_host_s(task, graph) / n_ranks
-            if task.kind == "covered":
-                family = last_op.get((task.op, task.direction))
-                if family is not None and task.measured_s is not None:
-                    families[family][1] += traced
-                continue
-            st = next(sim_iter)
-            if task.kind == "op":
-                last_op[(task.op, task.direction)] = st.category
-            if task.measured_s is None:
-                continue
-            row = families.setdefault(st.category, [0.0, 0.0, 0])
-            row[0] += st.host_s / n_ranks
-            row[1] += traced
-            row[2] += 1
-    out.host_families = _sorted([Attribution(name, p, t, (p - t) / measured, n)
-                                 for name, (p, t, n) in families.items()])
+def host_side(out: Replayed, rows: list[dict], measured: float) -> None:
+    """Fill ``out``'s host side of a device case from :func:`attribute`'s rows of
+    the tasks the trace timed: per family (the SimTask's category) the host
+    seconds the simulation gives them against the host seconds the trace shows
+    (:func:`_traced_host_s`, a covered task's counted with its op's row)."""
+    out.host_families = _by_family(rows, "host_predicted", "host_traced", measured)
     out.host_predicted_s = sum(a.predicted_s for a in out.host_families)
     out.host_traced_s = sum(a.traced_s for a in out.host_families)
+
+
+def _by_family(rows: list[dict], predicted: str, traced: str,
+               measured: float) -> list[Attribution]:
+    """One :class:`Attribution` per family of ``rows``, summing their ``predicted``
+    and ``traced`` fields, largest contribution first."""
+    families: dict[str, list] = {}
+    for row in rows:
+        fam = families.setdefault(row["family"], [0.0, 0.0, 0])
+        fam[0] += row[predicted]
+        fam[1] += row[traced]
+        fam[2] += 1
+    return _sorted([Attribution(name, p, t, (p - t) / measured, n)
+                    for name, (p, t, n) in families.items()])
 
 
 def _sorted(rows: list[Attribution]) -> list[Attribution]:
