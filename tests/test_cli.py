@@ -44,6 +44,34 @@ def test_baseline_from_stored_runs(planted_results, capsys):
     assert "need 3 run(s) of profile 'quick'" in capsys.readouterr().err
 
 
+def test_baseline_judges_each_run_by_the_band_of_the_others(planted_results, capsys):
+    """The leave-one-run-out check: how often the saved band would fail a run of
+    unchanged code, estimated from the runs it was built from."""
+    from perfmodel.store.results import ResultStore
+
+    results, key = planted_results
+    store = ResultStore(results, key)
+    runs = (("20260101T000000Z-1-a", 0.090), ("20260101T060000Z-1-b", 0.091),
+            ("20260101T120000Z-1-c", 0.089), ("20260101T180000Z-1-d", 0.090),
+            ("20260102T000000Z-1-e", 0.060))
+    for run, predicted in runs:
+        writer = store.open_run({"torch": "2.13.0"}, "quick", run)
+        for workload, scale in (("mlp_small", 1.0), ("cnn_resnet", 1.0 if run[-1] != "e" else 1.5)):
+            writer.append({"kind": "e2e", "workload": workload, "measured_s": 0.1,
+                           "predicted_s": predicted * scale,
+                           "error": abs(predicted * scale - 0.1) / 0.1,
+                           "env": {"torch": "2.13.0"}})
+        writer.close()
+    assert main(["baseline", "--device", "cpu", "--results", str(results), "--threads", "1",
+                 "--last", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "leave one run out: each run against the band of the other runs (k " in out
+    assert "mlp_small              1 of 5 outside; tightest 20260102T000000Z-1-e: -40.00% " \
+           "against " in out
+    assert "cnn_resnet             0 of 5 outside;" in out  # its fifth run is -10%, as the others
+    assert "runs with a workload outside its band: 1 of 5 (20260102T000000Z-1-e)" in out
+
+
 def test_baseline_keeps_each_workloads_own_fit_id(planted_results, capsys):
     """Multi-rank workloads predict with their ranks' fit: one workload's fits
     do not switch off another's drift check."""

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from perfmodel.gate.baseline import (BASELINE_SCHEMA, Baseline, BaselineEntry, GatePolicy, check_errors,
-                            error_fails, load_baseline, overhead_check, save_baseline,
-                            spread_bound)
+                            error_fails, held_out_runs, load_baseline, overhead_check,
+                            save_baseline, spread_bound)
 
 DETERMINISTIC = settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 ENV = {"torch": "2.13.0+cpu", "fbgemm": "1.8.0", "python": "3.11.9", "commit": "abc",
@@ -242,6 +242,37 @@ def test_mean_never_fails_and_above_allowed_always_fails(errors, policy, excess)
     for error in (above, -above):
         report = check_errors({"w": error}, base, policy)
         assert report.failed and report.verdicts[0].status == "regressed"
+
+
+# -- leave one run out --------------------------------------------------------------------
+def test_held_out_runs_judge_each_run_by_the_band_of_the_others():
+    policy = GatePolicy(k=4.0, min_margin=0.01, spread_confidence=0)
+    e = entry(-0.10, -0.12, -0.11, -0.09, -0.40)
+    check = held_out_runs("w", e, policy, ["a", "b", "c", "d", "e"])
+    assert check.outside == (4,) and check.tightest == 4 and check.run_ids[4] == "e"
+    rest = entry(-0.10, -0.12, -0.11, -0.09)
+    assert check.allowed[4] == pytest.approx(policy.allowed(rest))
+    assert check.margins[4] == pytest.approx(policy.allowed(rest) - 0.40)
+    # with the outlier among the others, every other run's band is wide
+    assert all(m > 0 for m in check.margins[:4])
+    assert held_out_runs("w", e, policy).run_ids == ("run 1", "run 2", "run 3", "run 4", "run 5")
+    assert held_out_runs("w", entry(0.1, 0.2), policy) is None  # two runs: no spread without one
+
+
+@DETERMINISTIC
+@given(errors=st.lists(st.floats(min_value=-1, max_value=5, allow_nan=False), min_size=3,
+                       max_size=12), policy=policies)
+def test_held_out_runs_are_the_error_check_without_each_run(errors, policy):
+    e = BaselineEntry.from_errors(errors)
+    check = held_out_runs("w", e, policy)
+    for i, error in enumerate(e.errors):
+        others = baseline(w=BaselineEntry.from_errors(e.errors[:i] + e.errors[i + 1:]))
+        failed = check_errors({"w": error}, others, policy).failed
+        assert (i in check.outside) == failed
+        assert check.margins[i] == pytest.approx(check.allowed[i] - abs(error))
+    assert check.margins[check.tightest] == min(check.margins)
+    if len(set(e.errors)) == 1:  # identical runs never leave their band
+        assert check.outside == ()
 
 
 # -- the baseline file -------------------------------------------------------------------

@@ -21,7 +21,10 @@ def _baseline(args: argparse.Namespace) -> int:
     from perfmodel.device.probe import detect_device
     from perfmodel.gate.baseline import (baseline_errors, built_from_sessions, overhead_ratios,
                                          save_baseline)
+    from perfmodel.settings import load_settings
     from perfmodel.store.results import ResultStore
+
+    policy = load_settings(Path("pyproject.toml")).gate_policy()
 
     spec = detect_device(args.device, Path(args.results), threads=args.threads)
     store = ResultStore(Path(args.results), spec.key)
@@ -48,12 +51,41 @@ def _baseline(args: argparse.Namespace) -> int:
         print(f"host-overhead model: predicted/traced "
               f"{', '.join(f'{r:.3f}x' for r in ratios)} over {len(ratios)} run(s) of "
               f"{len(with_overhead)} workload(s)")
+    _print_held_out(saved, chosen.workload_run_ids, policy)
     note = saved.floor_note()
     print(note or f"{len(chosen.run_ids)} sessions over "
                   f"{saved.built['span_s'] / 3600:.1f} h: the allowance covers the floor "
                   f"between sessions")
     print(f"wrote {path}")
     return 0
+
+
+def _print_held_out(saved, run_ids: dict, policy) -> None:
+    """Print the leave-one-run-out check of ``saved`` (a
+    :class:`~perfmodel.gate.baseline.Baseline`) under ``policy``: per workload,
+    the runs outside the error band built from the other runs and the tightest
+    one; then the runs with any workload outside."""
+    from perfmodel.gate.baseline import held_out_runs
+
+    checks = [check for workload, entry in saved.entries.items()
+              if (check := held_out_runs(workload, entry, policy,
+                                         run_ids.get(workload, ()))) is not None]
+    if not checks:
+        return
+    bound = (f"at its upper {policy.spread_confidence:.0%} bound" if policy.spread_confidence
+             else "as measured")
+    print(f"leave one run out: each run against the band of the other runs "
+          f"(k {policy.k:g}, spread {bound}):")
+    outside: set[str] = set()
+    for check in checks:
+        worst = check.tightest
+        outside |= {check.run_ids[i] for i in check.outside}
+        print(f"  {check.workload:<22} {len(check.outside)} of {len(check.errors)} outside; "
+              f"tightest {check.run_ids[worst]}: {check.errors[worst]:+.2%} against "
+              f"{check.allowed[worst]:.2%}")
+    every = {run for check in checks for run in check.run_ids}
+    named = f" ({', '.join(sorted(outside))})" if outside else ""
+    print(f"runs with a workload outside its band: {len(outside)} of {len(every)}{named}")
 
 
 def _baseline_fit_data(workload: str, fits: set, store, threads: int | None) -> str | None:

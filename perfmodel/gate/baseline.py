@@ -347,6 +347,8 @@ class BaselineRuns:
     env: dict = field(default_factory=dict)
     #: every run id chosen, for any workload, sorted
     run_ids: list[str] = field(default_factory=list)
+    #: per workload, the ids of its chosen runs in the order of its errors
+    workload_run_ids: dict[str, list[str]] = field(default_factory=dict)
 
 
 def baseline_errors(records: Iterable[Mapping], profile: str, last_runs: int) -> BaselineRuns:
@@ -373,6 +375,7 @@ def baseline_errors(records: Iterable[Mapping], profile: str, last_runs: int) ->
         ids = sorted(runs)[-last_runs:]  # ids start with UTC time
         chosen = [runs[run] for run in ids]
         out.run_ids = sorted(set(out.run_ids) | set(ids))
+        out.workload_run_ids[workload] = list(ids)
         if ids[-1] > newest:
             newest, out.env = ids[-1], runs[ids[-1]].get("env") or {}
         for r in chosen:
@@ -577,6 +580,51 @@ class GatePolicy:
             return None
         return max(self.k * entry.predicted_spread * self.bound(len(entry.predicted_s)),
                    self.min_margin)
+
+
+@dataclass(frozen=True)
+class HeldOutRuns:
+    """A leave-one-run-out check of one workload's baseline: run ``i``'s signed
+    error (``errors[i]``) judged by the error check against the entry built from
+    the other runs, whose allowed |error| is ``allowed[i]``. The share of runs
+    outside their band estimates how often the band of all the runs fails a new
+    run of unchanged code; a little high, as each band has one run fewer."""
+
+    workload: str
+    run_ids: tuple[str, ...]
+    errors: tuple[float, ...]
+    allowed: tuple[float, ...]
+
+    @property
+    def margins(self) -> tuple[float, ...]:
+        """Each run's allowed |error| less its |error| (negative: outside)."""
+        return tuple(a - abs(e) for a, e in zip(self.allowed, self.errors))
+
+    @property
+    def outside(self) -> tuple[int, ...]:
+        """The indices of the runs outside the band of the others."""
+        return tuple(i for i, margin in enumerate(self.margins) if margin < 0)
+
+    @property
+    def tightest(self) -> int:
+        """The index of the run with the smallest margin."""
+        margins = self.margins
+        return min(range(len(margins)), key=margins.__getitem__)
+
+
+def held_out_runs(workload: str, entry: BaselineEntry, policy: GatePolicy,
+                  run_ids: Sequence[str] = ()) -> HeldOutRuns | None:
+    """The :class:`HeldOutRuns` of ``entry``'s runs under ``policy``'s error band
+    (``run_ids``: the runs' ids in the order of ``entry.errors``; else they are
+    numbered). None with fewer than 3 runs: the others need two for a spread."""
+    if entry.n < 3:
+        return None
+    errors = entry.errors
+    allowed = tuple(policy.allowed(BaselineEntry.from_errors(errors[:i] + errors[i + 1:]))
+                    for i in range(entry.n))
+    ids = tuple(run_ids) if len(run_ids) == entry.n else \
+        tuple(f"run {i + 1}" for i in range(entry.n))
+    return HeldOutRuns(workload, ids, errors, allowed)
 
 
 @dataclass(frozen=True)
