@@ -65,11 +65,11 @@ def test_baseline_judges_each_run_by_the_band_of_the_others(planted_results, cap
     assert main(["baseline", "--device", "cpu", "--results", str(results), "--threads", "1",
                  "--last", "5"]) == 0
     out = capsys.readouterr().out
-    assert "leave one run out: each run against the band of the other runs (k " in out
-    assert "mlp_small              1 of 5 outside; tightest 20260102T000000Z-1-e: -40.00% " \
-           "against " in out
-    assert "cnn_resnet             0 of 5 outside;" in out  # its fifth run is -10%, as the others
-    assert "runs with a workload outside its band: 1 of 5 (20260102T000000Z-1-e)" in out
+    assert "leave one run out: each run judged against the other runs (k " in out
+    assert "mlp_small              1 of 5 failed; tightest error 20260102T000000Z-1-e: " \
+           "-40.00% against " in out
+    assert "cnn_resnet             0 of 5 failed;" in out  # its fifth run is -10%, as the others
+    assert "runs failed by the others: 1 of 5 (20260102T000000Z-1-e)" in out
 
 
 def test_baseline_keeps_each_workloads_own_fit_id(planted_results, capsys):

@@ -257,6 +257,20 @@ def test_held_out_runs_judge_each_run_by_the_band_of_the_others():
     assert all(m > 0 for m in check.margins[:4])
     assert held_out_runs("w", e, policy).run_ids == ("run 1", "run 2", "run 3", "run 4", "run 5")
     assert held_out_runs("w", entry(0.1, 0.2), policy) is None  # two runs: no spread without one
+    assert check.statuses == ("ok",) * 4 + ("regressed",)
+
+
+def test_held_out_runs_check_drift_only_on_one_fit():
+    """A run whose prediction moved away from the others' fails the drift check
+    against them, where all the runs predicted with one fit (as the gate runs it)."""
+    policy = GatePolicy(k=4.0, min_margin=0.01, spread_confidence=0)
+    errors = (0.01, -0.01, 0.0, 0.005, 0.0)
+    predicted = (1.0, 1.001, 0.999, 1.0, 1.2)
+    one_fit = BaselineEntry.from_errors(errors, predicted, fit_data="f" * 16)
+    check = held_out_runs("w", one_fit, policy)
+    assert check.outside == (4,) and check.statuses[4] == "drifted"
+    assert check.margins[4] > 0  # its error alone is well inside
+    assert held_out_runs("w", BaselineEntry.from_errors(errors, predicted), policy).outside == ()
 
 
 @DETERMINISTIC

@@ -63,8 +63,8 @@ def _baseline(args: argparse.Namespace) -> int:
 def _print_held_out(saved, run_ids: dict, policy) -> None:
     """Print the leave-one-run-out check of ``saved`` (a
     :class:`~perfmodel.gate.baseline.Baseline`) under ``policy``: per workload,
-    the runs outside the error band built from the other runs and the tightest
-    one; then the runs with any workload outside."""
+    the runs the gate fails against the other runs and the tightest error; then
+    the runs with any workload failed."""
     from perfmodel.gate.baseline import held_out_runs
 
     checks = [check for workload, entry in saved.entries.items()
@@ -74,18 +74,20 @@ def _print_held_out(saved, run_ids: dict, policy) -> None:
         return
     bound = (f"at its upper {policy.spread_confidence:.0%} bound" if policy.spread_confidence
              else "as measured")
-    print(f"leave one run out: each run against the band of the other runs "
+    print(f"leave one run out: each run judged against the other runs "
           f"(k {policy.k:g}, spread {bound}):")
     outside: set[str] = set()
     for check in checks:
         worst = check.tightest
         outside |= {check.run_ids[i] for i in check.outside}
-        print(f"  {check.workload:<22} {len(check.outside)} of {len(check.errors)} outside; "
-              f"tightest {check.run_ids[worst]}: {check.errors[worst]:+.2%} against "
+        drifted = sum(check.statuses[i] == "drifted" for i in check.outside)
+        how = f" ({drifted} by the drift check)" if drifted else ""
+        print(f"  {check.workload:<22} {len(check.outside)} of {len(check.errors)} failed{how}; "
+              f"tightest error {check.run_ids[worst]}: {check.errors[worst]:+.2%} against "
               f"{check.allowed[worst]:.2%}")
     every = {run for check in checks for run in check.run_ids}
     named = f" ({', '.join(sorted(outside))})" if outside else ""
-    print(f"runs with a workload outside its band: {len(outside)} of {len(every)}{named}")
+    print(f"runs failed by the others: {len(outside)} of {len(every)}{named}")
 
 
 def _baseline_fit_data(workload: str, fits: set, store, threads: int | None) -> str | None:

@@ -584,47 +584,56 @@ class GatePolicy:
 
 @dataclass(frozen=True)
 class HeldOutRuns:
-    """A leave-one-run-out check of one workload's baseline: run ``i``'s signed
-    error (``errors[i]``) judged by the error check against the entry built from
-    the other runs, whose allowed |error| is ``allowed[i]``. The share of runs
-    outside their band estimates how often the band of all the runs fails a new
-    run of unchanged code; a little high, as each band has one run fewer."""
+    """A leave-one-run-out check of one workload's baseline: run ``i`` judged by
+    the gate against the entry built from the other runs. ``allowed[i]`` is that
+    entry's allowed |error| and ``statuses[i]`` the :class:`Verdict` status run
+    ``i`` gets: its error checked, and its predicted time too where the entry
+    has one fit for all its runs (the drift check, as a gate on that fit runs it).
+    The share of runs not ``ok`` estimates how often the entry of all the runs
+    fails a new run of unchanged code; a little high, as each has one run fewer."""
 
     workload: str
     run_ids: tuple[str, ...]
     errors: tuple[float, ...]
     allowed: tuple[float, ...]
+    statuses: tuple[str, ...]
 
     @property
     def margins(self) -> tuple[float, ...]:
-        """Each run's allowed |error| less its |error| (negative: outside)."""
+        """Each run's allowed |error| less its |error| (negative: outside the band)."""
         return tuple(a - abs(e) for a, e in zip(self.allowed, self.errors))
 
     @property
     def outside(self) -> tuple[int, ...]:
-        """The indices of the runs outside the band of the others."""
-        return tuple(i for i, margin in enumerate(self.margins) if margin < 0)
+        """The indices of the runs the gate fails against the others."""
+        return tuple(i for i, status in enumerate(self.statuses) if status != "ok")
 
     @property
     def tightest(self) -> int:
-        """The index of the run with the smallest margin."""
+        """The index of the run with the smallest error margin."""
         margins = self.margins
         return min(range(len(margins)), key=margins.__getitem__)
 
 
 def held_out_runs(workload: str, entry: BaselineEntry, policy: GatePolicy,
                   run_ids: Sequence[str] = ()) -> HeldOutRuns | None:
-    """The :class:`HeldOutRuns` of ``entry``'s runs under ``policy``'s error band
-    (``run_ids``: the runs' ids in the order of ``entry.errors``; else they are
-    numbered). None with fewer than 3 runs: the others need two for a spread."""
+    """The :class:`HeldOutRuns` of ``entry``'s runs under ``policy`` (``run_ids``:
+    the runs' ids in the order of ``entry.errors``; else they are numbered). None
+    with fewer than 3 runs: the others need two for a spread."""
     if entry.n < 3:
         return None
-    errors = entry.errors
-    allowed = tuple(policy.allowed(BaselineEntry.from_errors(errors[:i] + errors[i + 1:]))
-                    for i in range(entry.n))
+    errors, predicted = entry.errors, entry.predicted_s
+    allowed, statuses = [], []
+    for i in range(entry.n):
+        others = BaselineEntry.from_errors(
+            errors[:i] + errors[i + 1:], predicted[:i] + predicted[i + 1:],
+            fit_data=entry.fit_data)
+        allowed.append(policy.allowed(others))
+        own = predicted[i] if predicted and entry.fit_data else None
+        statuses.append(_judge(workload, errors[i], others, policy, predicted_s=own).status)
     ids = tuple(run_ids) if len(run_ids) == entry.n else \
         tuple(f"run {i + 1}" for i in range(entry.n))
-    return HeldOutRuns(workload, ids, errors, allowed)
+    return HeldOutRuns(workload, ids, errors, tuple(allowed), tuple(statuses))
 
 
 @dataclass(frozen=True)
