@@ -179,7 +179,8 @@ def test_baseline_runs_not_found_are_reported(tree):
     tree.baseline_path("quick").write_text(json.dumps(baseline))
     plan = plan_prune(tree.root, KEY, keep=3)
     assert plan.problems == ["baseline-quick.json: 1 of its runs' records were not found in "
-                             "any run file"]
+                             "any run file (their runs are not stored here; the baseline keeps "
+                             "what the gate reads)"]
 
 
 def test_rank_files_and_a_fit_trained_on_them(tmp_path):

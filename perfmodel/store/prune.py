@@ -145,7 +145,8 @@ def plan_prune(root: Path | str, device_key: str, keep: int = DEFAULT_KEEP,
         missing = sum(len(v) for v in wanted.values()) - sum(found.values())
         if missing > 0:
             plan.problems.append(f"{path.name}: {missing} of its runs' records were not "
-                                 f"found in any run file")
+                                 f"found in any run file (their runs are not stored here; "
+                                 f"the baseline keeps what the gate reads)")
 
     fits = _read_fits(folder, plan.problems)
     fit_reasons: dict[Path, list[str]] = {path: [] for path in fits}
