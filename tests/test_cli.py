@@ -70,6 +70,16 @@ def test_baseline_judges_each_run_by_the_band_of_the_others(planted_results, cap
            "-40.00% against " in out
     assert "cnn_resnet             0 of 5 failed;" in out  # its fifth run is -10%, as the others
     assert "runs failed by the others: 1 of 5 (20260102T000000Z-1-e)" in out
+    # the same check from the file alone, writing nothing
+    path = store.baseline_path("quick")
+    before = path.read_bytes()
+    assert main(["baseline", "--check", str(path)]) == 0
+    checked = capsys.readouterr().out
+    assert "mlp_small              mean -16.00%  spread" in checked and "allowed" in checked
+    assert "runs failed by the others: 1 of 5 (20260102T000000Z-1-e)" in checked
+    assert path.read_bytes() == before
+    assert main(["baseline", "--check", str(path.with_name("missing.json"))]) == 2
+    assert "missing.json: no such baseline file" in capsys.readouterr().err
 
 
 def test_baseline_keeps_each_workloads_own_fit_id(planted_results, capsys):

@@ -25,6 +25,8 @@ def _baseline(args: argparse.Namespace) -> int:
     from perfmodel.store.results import ResultStore
 
     policy = load_settings(Path("pyproject.toml")).gate_policy()
+    if args.check is not None:
+        return _check_baseline(Path(args.check), policy)
 
     spec = detect_device(args.device, Path(args.results), threads=args.threads)
     store = ResultStore(Path(args.results), spec.key)
@@ -57,6 +59,25 @@ def _baseline(args: argparse.Namespace) -> int:
                   f"{saved.built['span_s'] / 3600:.1f} h: the allowance covers the floor "
                   f"between sessions")
     print(f"wrote {path}")
+    return 0
+
+
+def _check_baseline(path: Path, policy) -> int:
+    """Print the baseline file at ``path`` and its leave-one-run-out check under
+    ``policy``, writing nothing (``perfmodel baseline --check``)."""
+    from perfmodel.gate.baseline import load_baseline
+
+    saved = load_baseline(path)
+    if saved is None:
+        raise ValueError(f"{path}: no such baseline file")
+    for workload, entry in saved.entries.items():
+        floor = "" if entry.noise_floor is None else f"  floor {entry.noise_floor:6.2%}"
+        print(f"{workload:<22} mean {entry.mean:+7.2%}  spread {entry.spread:6.2%}  n {entry.n}"
+              f"  allowed {policy.allowed(entry):6.2%}{floor}")
+    runs = [str(r) for r in (saved.built or {}).get("runs", [])]
+    # a session baseline lists its runs sorted, as each workload's errors are
+    run_ids = {w: runs for w, e in saved.entries.items() if len(runs) == e.n}
+    _print_held_out(saved, run_ids, policy)
     return 0
 
 
@@ -644,6 +665,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "built from runs you already have, e.g. a CI history.")
     baseline.add_argument("--profile", default="quick", help="profile of the runs (default: quick)")
     baseline.add_argument("--last", type=int, default=5, help="newest runs to use (default: 5)")
+    baseline.add_argument("--check", metavar="FILE",
+                          help="write nothing: print the baseline FILE's workloads and judge "
+                               "each of its runs against the others under this project's "
+                               "settings")
     _detecting(baseline)
     baseline.set_defaults(func=_baseline)
     drift = sub.add_parser(
