@@ -44,9 +44,7 @@ def _baseline(args: argparse.Namespace) -> int:
                           overhead_by_workload=chosen.overhead_s,
                           built=built_from_sessions(chosen.run_ids))
     for workload, entry in saved.entries.items():
-        floor = "" if entry.noise_floor is None else f"  floor {entry.noise_floor:6.2%}"
-        print(f"{workload:<22} mean {entry.mean:+7.2%}  spread {entry.spread:6.2%}  n {entry.n}"
-              f"{floor}")
+        print(_entry_line(workload, entry))
     with_overhead = [w for w, e in saved.entries.items() if e.overhead_s]
     ratios = overhead_ratios(saved, with_overhead)
     if ratios:
@@ -62,6 +60,13 @@ def _baseline(args: argparse.Namespace) -> int:
     return 0
 
 
+def _entry_line(workload: str, entry, extra: str = "") -> str:
+    """One baseline entry's line: mean, spread, runs, ``extra``, E2E floor."""
+    floor = "" if entry.noise_floor is None else f"  floor {entry.noise_floor:6.2%}"
+    return (f"{workload:<22} mean {entry.mean:+7.2%}  spread {entry.spread:6.2%}  n {entry.n}"
+            f"{extra}{floor}")
+
+
 def _check_baseline(path: Path, policy) -> int:
     """Print the baseline file at ``path`` and its leave-one-run-out check under
     ``policy``, writing nothing (``perfmodel baseline --check``)."""
@@ -71,9 +76,7 @@ def _check_baseline(path: Path, policy) -> int:
     if saved is None:
         raise ValueError(f"{path}: no such baseline file")
     for workload, entry in saved.entries.items():
-        floor = "" if entry.noise_floor is None else f"  floor {entry.noise_floor:6.2%}"
-        print(f"{workload:<22} mean {entry.mean:+7.2%}  spread {entry.spread:6.2%}  n {entry.n}"
-              f"  allowed {policy.allowed(entry):6.2%}{floor}")
+        print(_entry_line(workload, entry, f"  allowed {policy.allowed(entry):6.2%}"))
     runs = [str(r) for r in (saved.built or {}).get("runs", [])]
     # a session baseline lists its runs sorted, as each workload's errors are
     run_ids = {w: runs for w, e in saved.entries.items() if len(runs) == e.n}
